@@ -1,0 +1,1 @@
+//! CPU backend (skeleton: filled in by the helper owning `cpu/`).

@@ -1,0 +1,166 @@
+//! The backend op set: what a model family may ask of a device.
+//!
+//! A family's forward pass is written against [`Backend`]; `cpu` implements it now and `cuda`
+//! will implement the same trait. The op set is designed for a device from the start:
+//! - activations and weights live in backend-owned buffers (`Tensor`, `Weight`); the host sees
+//!   values only through `read_*`;
+//! - ops are issued in order on one queue (the CPU runs them as issued; CUDA will enqueue them
+//!   on one stream), and `synchronize` waits for all of them;
+//! - one call carries many rows from several sequences: a [`BatchMeta`] lists each row's
+//!   token, sequence and absolute position, and each sequence's block table into the paged KV
+//!   pool, so a prefill chunk and decode rows of other requests share every op.
+//!
+//! **The kernel contract** (DESIGN.md §1): every op's result for a row depends only on that
+//! row's inputs (and its own sequence's KV), never on how many rows share the call or which.
+//! Reduction orders are fixed by the weight shape and absolute positions alone.
+//!
+//! Activations are bf16 (`ActDType::Bf16`) at the rounding points of HF modeling_llama;
+//! logits are returned as f32 holding bf16-rounded values, as HF's `logits.float()` does.
+
+pub mod batch;
+pub mod cpu;
+pub mod error;
+
+pub use batch::{BatchMeta, KvGeometry, SeqMeta};
+pub use error::{BackendError, Result};
+use tf_checkpoint::TensorView;
+
+/// Element type of an activation buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActDType {
+    Bf16,
+    F32,
+}
+
+/// The op set. Shapes are `(rows, cols)`, row-major; "rows" are tokens of the batch.
+pub trait Backend: Send {
+    /// Activation buffer `(rows, cols)`; may be reused with fewer rows than it was made for.
+    type Tensor: Send;
+    /// A weight (matrix `(N, K)` or vector) resident on the device.
+    type Weight: Send + Sync;
+    /// Paged KV pool of every layer.
+    type Kv: Send;
+    /// Per-step metadata resident on the device.
+    type Batch: Send;
+
+    fn name(&self) -> String;
+
+    /// Makes a checkpoint tensor usable by ops. The CPU keeps a view of the mapped file
+    /// (quantized blocks are computed in place); a GPU copies it up once.
+    fn load_weight(&self, view: &TensorView) -> Result<Self::Weight>;
+
+    /// An activation buffer of up to `max_rows` rows of `cols` columns.
+    fn alloc(&self, dtype: ActDType, max_rows: usize, cols: usize) -> Result<Self::Tensor>;
+
+    fn alloc_kv(&self, geom: &KvGeometry) -> Result<Self::Kv>;
+
+    /// Validates and uploads one step's row metadata.
+    fn prepare_batch(&self, meta: &BatchMeta) -> Result<Self::Batch>;
+
+    /// `out[r] = table[token[r]]` as bf16, for every row of the batch.
+    fn embed(&self, table: &Self::Weight, batch: &Self::Batch, out: &mut Self::Tensor)
+        -> Result<()>;
+
+    /// RMSNorm over groups of `group` columns (group = cols for a hidden state, head_dim for
+    /// q/k norms): `bf16(w * bf16(x * rsqrt(mean(x^2) + eps)))`, mean and rsqrt in fp32.
+    fn rms_norm(&self, args: NormArgs<'_, Self>) -> Result<()>;
+
+    /// `out = x @ w^T (+ bias)`: fp32 sums in a fixed order per weight shape, bias added in
+    /// fp32, one rounding to `out`'s dtype.
+    fn linear(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Weight,
+        bias: Option<&Self::Weight>,
+        out: &mut Self::Tensor,
+    ) -> Result<()>;
+
+    /// Rotates `x` (rows, heads * head_dim) in place at each row's absolute position, with
+    /// bf16 cos/sin from `table` (positions, head_dim/2 cos then head_dim/2 sin, bf16):
+    /// `bf16(bf16(x*cos) + bf16(rot(x)*sin))`.
+    fn rope(&self, args: RopeArgs<'_, Self>) -> Result<()>;
+
+    /// Writes each row's k and v (rows, kv_heads * head_dim) into its slot of `layer`.
+    fn kv_store(
+        &self,
+        kv: &mut Self::Kv,
+        layer: usize,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        batch: &Self::Batch,
+    ) -> Result<()>;
+
+    /// Causal attention of each row's q over its sequence's KV at positions `0..=pos`,
+    /// visited block by block in position order; fp32 scores and softmax; bf16 out.
+    fn attention(&self, args: AttnArgs<'_, Self>) -> Result<()>;
+
+    /// `out = bf16(bf16(silu(gate)) * up)`.
+    fn swiglu(&self, gate: &Self::Tensor, up: &Self::Tensor, out: &mut Self::Tensor)
+        -> Result<()>;
+
+    /// Residual: `acc = bf16(acc + x)`.
+    fn add(&self, acc: &mut Self::Tensor, x: &Self::Tensor) -> Result<()>;
+
+    /// Logits of the batch's `logit_rows`: `out[i] = x[logit_rows[i]] @ w^T` rounded to bf16,
+    /// held in an f32 tensor of `(logit_rows.len(), vocab)`.
+    fn logits(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Weight,
+        batch: &Self::Batch,
+        out: &mut Self::Tensor,
+    ) -> Result<()>;
+
+    /// Copies the first `rows` rows of a tensor to the host as f32 (bf16 widened exactly).
+    fn read_f32(&self, t: &Self::Tensor, rows: usize) -> Result<Vec<f32>>;
+
+    /// Copies the KV rows of one sequence (positions `0..len`) of `layer` to the host:
+    /// (k, v), each `(len, kv_heads * head_dim)` as f32. For fingerprints and tests.
+    fn read_kv(
+        &self,
+        kv: &Self::Kv,
+        layer: usize,
+        block_table: &[u32],
+        len: usize,
+    ) -> Result<(Vec<f32>, Vec<f32>)>;
+
+    /// Waits for every issued op.
+    fn synchronize(&self) -> Result<()>;
+}
+
+/// Arguments of [`Backend::rms_norm`].
+pub struct NormArgs<'a, B: Backend + ?Sized> {
+    pub x: &'a B::Tensor,
+    pub weight: &'a B::Weight,
+    pub eps: f32,
+    /// Columns normalized together: the row width, or head_dim for per-head q/k norms.
+    pub group: usize,
+    pub out: &'a mut B::Tensor,
+}
+
+/// Arguments of [`Backend::rope`].
+pub struct RopeArgs<'a, B: Backend + ?Sized> {
+    pub x: &'a mut B::Tensor,
+    pub heads: usize,
+    pub head_dim: usize,
+    pub style: tf_checkpoint::spec::RopeStyle,
+    /// bf16 `(max_positions, head_dim)`: cos of the head_dim/2 frequencies, then their sin.
+    pub table: &'a B::Weight,
+    pub batch: &'a B::Batch,
+}
+
+/// Arguments of [`Backend::attention`].
+pub struct AttnArgs<'a, B: Backend + ?Sized> {
+    /// (rows, heads * head_dim), already rotated.
+    pub q: &'a B::Tensor,
+    pub kv: &'a B::Kv,
+    pub layer: usize,
+    pub batch: &'a B::Batch,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Softmax scale, usually 1/sqrt(head_dim).
+    pub scale: f32,
+    /// (rows, heads * head_dim) bf16.
+    pub out: &'a mut B::Tensor,
+}

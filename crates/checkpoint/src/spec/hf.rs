@@ -1,0 +1,1 @@
+//! HF `config.json` -> `ModelSpec` (skeleton: filled in by the helper owning it).

@@ -1,0 +1,3 @@
+//! The `tensorfold` command line.
+
+fn main() {}
