@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{CheckpointError, Result};
 use crate::spec::ModelSpec;
 use crate::tensor::TensorView;
-use crate::tokenizer::TokenizerSource;
+use crate::vocab::TokenizerSource;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CheckpointFormat {

@@ -6,8 +6,8 @@
 //!   refuses by name any feature no family implements.
 //! - `quant` is the scalar reference decoding of every block format (the arithmetic the fast
 //!   kernels in `tf-backend` must reproduce).
-//! - `tokenizer` builds a `tokenizers::Tokenizer` from `tokenizer.json` or from GGUF metadata,
-//!   renders chat templates, and detokenizes incrementally.
+//! - `vocab` holds what the files say about the tokenizer (a `tokenizer.json` path or the
+//!   GGUF `tokenizer.ggml.*` vocabulary); `tf-tokenizer` builds the tokenizer from it.
 //!
 //! Nothing here knows about devices, kernels or batching.
 
@@ -19,9 +19,10 @@ pub mod quant;
 pub mod safetensors;
 pub mod spec;
 pub mod tensor;
-pub mod tokenizer;
+pub mod vocab;
 
 pub use checkpoint::Checkpoint;
 pub use error::{CheckpointError, Result};
 pub use spec::ModelSpec;
+pub use vocab::{GgufVocab, TokenizerSource};
 pub use tensor::{DType, GgmlType, TensorData, TensorFormat, TensorView};

@@ -1,6 +1,5 @@
-//! Tokenizers, chat templates and incremental detokenization.
-//!
-//! (skeleton: the helper owning this module fills in `TextCodec`, `chat` and `detok`.)
+//! Where a checkpoint's tokenizer comes from, as plain data. `tf-tokenizer` turns it into a
+//! working tokenizer; this crate only reads it out of the files.
 
 use std::path::PathBuf;
 

@@ -1,0 +1,1 @@
+//! Tokenizers, chat templates and incremental detokenization (skeleton).
