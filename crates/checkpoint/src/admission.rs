@@ -7,12 +7,8 @@ use crate::error::{CheckpointError, Result};
 use crate::Checkpoint;
 
 /// HF architectures the llama family serves (llama with options).
-pub const LLAMA_ARCHITECTURES: &[&str] = &[
-    "LlamaForCausalLM",
-    "MistralForCausalLM",
-    "Qwen2ForCausalLM",
-    "Qwen3ForCausalLM",
-];
+pub const LLAMA_ARCHITECTURES: &[&str] =
+    &["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"];
 
 /// Every reason the checkpoint cannot be served; empty means admitted.
 pub fn refusals(ckpt: &Checkpoint) -> Vec<String> {
@@ -25,8 +21,10 @@ pub fn refusals(ckpt: &Checkpoint) -> Vec<String> {
             LLAMA_ARCHITECTURES.join(", ")
         ));
     }
-    reasons.extend(spec.unsupported.iter().map(|u| format!("{u} is not implemented for family llama")));
-    if spec.head_dim == 0 || spec.head_dim % 2 != 0 || spec.head_dim > 256 {
+    reasons.extend(
+        spec.unsupported.iter().map(|u| format!("{u} is not implemented for family llama")),
+    );
+    if spec.head_dim == 0 || !spec.head_dim.is_multiple_of(2) || spec.head_dim > 256 {
         reasons.push(format!("head_dim {} is not implemented (even, <= 256)", spec.head_dim));
     }
     if spec.rope.dim != spec.head_dim {
@@ -35,7 +33,9 @@ pub fn refusals(ckpt: &Checkpoint) -> Vec<String> {
             spec.rope.dim, spec.head_dim
         ));
     }
-    if spec.num_key_value_heads == 0 || spec.num_attention_heads % spec.num_key_value_heads != 0 {
+    if spec.num_key_value_heads == 0
+        || !spec.num_attention_heads.is_multiple_of(spec.num_key_value_heads)
+    {
         reasons.push(format!(
             "{} query heads over {} key/value heads is not a grouped-query layout",
             spec.num_attention_heads, spec.num_key_value_heads

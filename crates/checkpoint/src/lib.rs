@@ -20,9 +20,10 @@ pub mod safetensors;
 pub mod spec;
 pub mod tensor;
 pub mod vocab;
+pub mod write;
 
 pub use checkpoint::Checkpoint;
 pub use error::{CheckpointError, Result};
 pub use spec::ModelSpec;
-pub use vocab::{GgufVocab, TokenizerSource};
 pub use tensor::{DType, GgmlType, TensorData, TensorFormat, TensorView};
+pub use vocab::{GgufVocab, TokenizerSource};

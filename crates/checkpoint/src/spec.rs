@@ -32,7 +32,9 @@ pub enum RopeScaling {
         original_max_position_embeddings: usize,
     },
     /// `rope_type: "linear"`: positions divided by `factor`.
-    Linear { factor: f64 },
+    Linear {
+        factor: f64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -94,7 +94,9 @@ impl GgmlType {
     /// Elements per block.
     pub fn block_elems(self) -> usize {
         match self {
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => 32,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
+                32
+            }
             GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => 256,
         }
     }
@@ -143,7 +145,7 @@ impl TensorFormat {
         match self {
             TensorFormat::Plain(d) => k.checked_mul(d.size()),
             TensorFormat::Ggml(t) => {
-                if k % t.block_elems() != 0 {
+                if !k.is_multiple_of(t.block_elems()) {
                     return None;
                 }
                 (k / t.block_elems()).checked_mul(t.block_bytes())
