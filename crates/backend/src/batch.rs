@@ -85,7 +85,10 @@ impl BatchMeta {
         if self.logit_rows.windows(2).any(|w| w[0] >= w[1])
             || self.logit_rows.iter().any(|&r| r as usize >= rows)
         {
-            return bad(format!("logit_rows {:?} not ascending within {rows} rows", self.logit_rows));
+            return bad(format!(
+                "logit_rows {:?} not ascending within {rows} rows",
+                self.logit_rows
+            ));
         }
         Ok(())
     }

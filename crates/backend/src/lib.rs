@@ -58,8 +58,12 @@ pub trait Backend: Send {
     fn prepare_batch(&self, meta: &BatchMeta) -> Result<Self::Batch>;
 
     /// `out[r] = table[token[r]]` as bf16, for every row of the batch.
-    fn embed(&self, table: &Self::Weight, batch: &Self::Batch, out: &mut Self::Tensor)
-        -> Result<()>;
+    fn embed(
+        &self,
+        table: &Self::Weight,
+        batch: &Self::Batch,
+        out: &mut Self::Tensor,
+    ) -> Result<()>;
 
     /// RMSNorm over groups of `group` columns (group = cols for a hidden state, head_dim for
     /// q/k norms): `bf16(w * bf16(x * rsqrt(mean(x^2) + eps)))`, mean and rsqrt in fp32.
@@ -95,8 +99,7 @@ pub trait Backend: Send {
     fn attention(&self, args: AttnArgs<'_, Self>) -> Result<()>;
 
     /// `out = bf16(bf16(silu(gate)) * up)`.
-    fn swiglu(&self, gate: &Self::Tensor, up: &Self::Tensor, out: &mut Self::Tensor)
-        -> Result<()>;
+    fn swiglu(&self, gate: &Self::Tensor, up: &Self::Tensor, out: &mut Self::Tensor) -> Result<()>;
 
     /// Residual: `acc = bf16(acc + x)`.
     fn add(&self, acc: &mut Self::Tensor, x: &Self::Tensor) -> Result<()>;

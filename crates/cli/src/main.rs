@@ -1,3 +1,46 @@
-//! The `tensorfold` command line.
+//! The `tensorfold` command line: one subcommand per file under `cmd/`.
+//!
+//! `anyhow` lives here only; library crates return typed errors, which this binary prints
+//! with their context and turns into exit code 1 (2 for usage errors, from clap).
 
-fn main() {}
+mod cmd;
+mod model_path;
+
+use clap::{Parser, Subcommand};
+
+/// tensorfold: exact LLM inference at full speed.
+///
+/// Serves Hugging Face checkpoints as published (bf16 safetensors, GGUF) with the same tokens
+/// whether a request runs alone or batched, cached or fresh.
+#[derive(Parser)]
+#[command(name = "tensorfold", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate a reply to one prompt and print it as it streams, then the speed line.
+    Run(cmd::run::RunArgs),
+    /// Print a checkpoint's spec and whether it is admitted, without loading weights.
+    Info(cmd::info::InfoArgs),
+    /// Write a GGUF checkpoint as an HF-layout bf16 checkpoint directory.
+    Export(cmd::export::ExportArgs),
+    /// Measure prompt and decode speed (llama-bench style), one JSON line per repetition.
+    Bench(cmd::bench::BenchArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let res = match cli.command {
+        Command::Run(a) => cmd::run::run(a),
+        Command::Info(a) => cmd::info::run(a),
+        Command::Export(a) => cmd::export::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
+    };
+    if let Err(e) = res {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

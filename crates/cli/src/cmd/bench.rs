@@ -1,0 +1,73 @@
+//! `tensorfold bench`: prompt processing (pp) and token generation (tg) speed, llama-bench
+//! style: a prompt of `--pp` fixed pseudo-random tokens prefilled in one chunk, then `--tg`
+//! greedy tokens decoded one row at a time (end-of-sequence ignored). Prints one JSON line per
+//! repetition so scripts (tools/bench_cpu.py) can set it beside a peer measured in the same run.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::Args;
+use tf_backend::cpu::{CpuBackend, CpuConfig};
+use tf_checkpoint::Checkpoint;
+use tf_engine::family::{self, LoadOptions};
+use tf_engine::generate::{GenRequest, Generator, BLOCK_SIZE};
+use tf_engine::{Sampler, SamplingParams};
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// A GGUF file or an HF checkpoint directory (default: the fetched test model).
+    #[arg(short, long)]
+    pub model: Option<PathBuf>,
+    /// Prompt tokens to prefill.
+    #[arg(long, default_value_t = 512)]
+    pub pp: usize,
+    /// Tokens to decode.
+    #[arg(long, default_value_t = 128)]
+    pub tg: usize,
+    /// Repetitions (each prints a line).
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// CPU threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+pub fn run(a: BenchArgs) -> Result<()> {
+    let path = crate::model_path::resolve(a.model.clone())?;
+    let t0 = Instant::now();
+    let ckpt = Checkpoint::open(&path)?;
+    let vocab = ckpt.spec.vocab_size as u64;
+    let context = (a.pp + a.tg).max(1);
+    let backend = CpuBackend::with_config(CpuConfig { threads: a.threads, level: None })?;
+    let rows = a.pp.clamp(1, 2048);
+    let model =
+        family::load(&ckpt, backend, LoadOptions { max_rows: rows, max_positions: context })?;
+    let mut gen = Generator::new(model, context.div_ceil(BLOCK_SIZE))?;
+    let load_s = t0.elapsed().as_secs_f64();
+    let prompt: Vec<u32> = (0..a.pp as u64).map(|i| ((i * 7919 + 13) % vocab) as u32).collect();
+    for rep in 0..a.reps {
+        let req = GenRequest {
+            prompt: &prompt,
+            max_tokens: a.tg,
+            sampler: Sampler::new(SamplingParams::default())?,
+            stop_tokens: &[],
+            chunk: rows,
+        };
+        let (_, st) = gen.generate(&req, &mut |_| true)?;
+        println!(
+            "{}",
+            serde_json::json!({
+                "engine": "tensorfold",
+                "model": path.display().to_string(),
+                "rep": rep,
+                "pp": a.pp,
+                "tg": a.tg,
+                "pp_tok_s": st.prompt_tok_per_s(),
+                "tg_tok_s": st.decode_tok_per_s(),
+                "load_s": load_s,
+            })
+        );
+    }
+    Ok(())
+}

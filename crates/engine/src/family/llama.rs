@@ -1,0 +1,306 @@
+//! The llama family: `LlamaForCausalLM` and the architectures that are llama with options
+//! (SmolLM2, Llama 3.x with `llama3` RoPE scaling, Mistral without sliding window, Qwen2 with
+//! q/k/v biases, Qwen3 with per-head q/k RMSNorm), written once, top-down as HF
+//! `modeling_llama.py` reads.
+//!
+//! Rounding points follow HF at bf16 (DESIGN.md §2): the residual stream is bf16 with each add
+//! rounded; RMSNorm is `bf16(w * bf16(x * rsqrt(mean(x^2) + eps)))`; projections are fp32 sums
+//! rounded once; RoPE uses bf16 cos/sin of the fp32 angle; the MLP is
+//! `down(bf16(bf16(silu(gate)) * up))`; logits are the lm_head product rounded to bf16.
+//! The backend guarantees each row's arithmetic is independent of the batch, so this file
+//! never needs to know how rows were grouped.
+
+use tf_backend::{ActDType, AttnArgs, Backend, BatchMeta, KvGeometry, NormArgs, RopeArgs};
+use tf_checkpoint::{Checkpoint, DType, ModelSpec, TensorFormat, TensorView};
+
+use super::{CausalLm, LoadOptions};
+use crate::error::{EngineError, Result};
+use crate::rope;
+
+struct Attention<B: Backend> {
+    q_proj: B::Weight,
+    k_proj: B::Weight,
+    v_proj: B::Weight,
+    o_proj: B::Weight,
+    /// Qwen2 (q, k, v) and llama `attention_bias` (q, k, v, o).
+    q_bias: Option<B::Weight>,
+    k_bias: Option<B::Weight>,
+    v_bias: Option<B::Weight>,
+    o_bias: Option<B::Weight>,
+    /// Qwen3: RMSNorm over each head (head_dim).
+    q_norm: Option<B::Weight>,
+    k_norm: Option<B::Weight>,
+}
+
+struct Mlp<B: Backend> {
+    gate_proj: B::Weight,
+    up_proj: B::Weight,
+    down_proj: B::Weight,
+}
+
+struct Layer<B: Backend> {
+    input_layernorm: B::Weight,
+    self_attn: Attention<B>,
+    post_attention_layernorm: B::Weight,
+    mlp: Mlp<B>,
+}
+
+/// Activation buffers, allocated once for `max_rows`.
+struct Scratch<B: Backend> {
+    hidden: B::Tensor,   // (rows, hidden) residual stream
+    normed: B::Tensor,   // (rows, hidden)
+    q: B::Tensor,        // (rows, heads * head_dim)
+    q_normed: B::Tensor, // (rows, heads * head_dim), Qwen3 only
+    k: B::Tensor,        // (rows, kv_heads * head_dim)
+    k_normed: B::Tensor, // (rows, kv_heads * head_dim), Qwen3 only
+    v: B::Tensor,        // (rows, kv_heads * head_dim)
+    attn: B::Tensor,     // (rows, heads * head_dim)
+    proj: B::Tensor,     // (rows, hidden) o_proj and down_proj outputs
+    gate: B::Tensor,     // (rows, intermediate)
+    up: B::Tensor,       // (rows, intermediate)
+    act: B::Tensor,      // (rows, intermediate)
+    logits: B::Tensor,   // (rows, vocab) f32
+}
+
+pub struct Llama<B: Backend> {
+    spec: ModelSpec,
+    backend: B,
+    embed_tokens: B::Weight,
+    layers: Vec<Layer<B>>,
+    norm: B::Weight,
+    /// `None` when tied to `embed_tokens`.
+    lm_head: Option<B::Weight>,
+    rope_table: B::Weight, // (max_positions, head_dim) bf16
+    scratch: Scratch<B>,
+    max_rows: usize,
+    max_positions: usize,
+}
+
+impl<B: Backend> Llama<B> {
+    pub fn load(ckpt: &Checkpoint, backend: B, opts: LoadOptions) -> Result<Self> {
+        let spec = ckpt.spec.clone();
+        let w = |name: &str| -> Result<B::Weight> { Ok(backend.load_weight(ckpt.tensor(name)?)?) };
+        let opt = |name: &str, on: bool| -> Result<Option<B::Weight>> {
+            if on {
+                w(name).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let mut layers = Vec::with_capacity(spec.num_hidden_layers);
+        for i in 0..spec.num_hidden_layers {
+            let p = format!("model.layers.{i}");
+            let a = format!("{p}.self_attn");
+            let b = spec.attention_bias;
+            layers.push(Layer {
+                input_layernorm: w(&format!("{p}.input_layernorm.weight"))?,
+                self_attn: Attention {
+                    q_proj: w(&format!("{a}.q_proj.weight"))?,
+                    k_proj: w(&format!("{a}.k_proj.weight"))?,
+                    v_proj: w(&format!("{a}.v_proj.weight"))?,
+                    o_proj: w(&format!("{a}.o_proj.weight"))?,
+                    q_bias: opt(&format!("{a}.q_proj.bias"), b)?,
+                    k_bias: opt(&format!("{a}.k_proj.bias"), b)?,
+                    v_bias: opt(&format!("{a}.v_proj.bias"), b)?,
+                    o_bias: opt(&format!("{a}.o_proj.bias"), spec.o_proj_bias)?,
+                    q_norm: opt(&format!("{a}.q_norm.weight"), spec.qk_norm)?,
+                    k_norm: opt(&format!("{a}.k_norm.weight"), spec.qk_norm)?,
+                },
+                post_attention_layernorm: w(&format!("{p}.post_attention_layernorm.weight"))?,
+                mlp: Mlp {
+                    gate_proj: w(&format!("{p}.mlp.gate_proj.weight"))?,
+                    up_proj: w(&format!("{p}.mlp.up_proj.weight"))?,
+                    down_proj: w(&format!("{p}.mlp.down_proj.weight"))?,
+                },
+            });
+        }
+        let max_positions = opts.max_positions.min(spec.max_position_embeddings).max(1);
+        let table = rope::table_bf16(&spec.rope, max_positions);
+        let table_view = TensorView::owned(
+            "rope.table",
+            TensorFormat::Plain(DType::BF16),
+            vec![max_positions, spec.rope.dim],
+            table,
+        );
+        let rope_table = backend.load_weight(&table_view)?;
+        let embed_tokens = w("model.embed_tokens.weight")?;
+        let norm = w("model.norm.weight")?;
+        let lm_head = opt("lm_head.weight", !spec.tie_word_embeddings)?;
+        let scratch = Scratch::new(&backend, &spec, opts.max_rows)?;
+        Ok(Llama {
+            spec,
+            backend,
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+            rope_table,
+            scratch,
+            max_rows: opts.max_rows,
+            max_positions,
+        })
+    }
+}
+
+impl<B: Backend> Scratch<B> {
+    fn new(be: &B, s: &ModelSpec, rows: usize) -> Result<Self> {
+        let bf = |cols| be.alloc(ActDType::Bf16, rows, cols);
+        let qk = if s.qk_norm { (s.q_dim(), s.kv_dim()) } else { (1, 1) };
+        Ok(Scratch {
+            hidden: bf(s.hidden_size)?,
+            normed: bf(s.hidden_size)?,
+            q: bf(s.q_dim())?,
+            q_normed: bf(qk.0)?,
+            k: bf(s.kv_dim())?,
+            k_normed: bf(qk.1)?,
+            v: bf(s.kv_dim())?,
+            attn: bf(s.q_dim())?,
+            proj: bf(s.hidden_size)?,
+            gate: bf(s.intermediate_size)?,
+            up: bf(s.intermediate_size)?,
+            act: bf(s.intermediate_size)?,
+            logits: be.alloc(ActDType::F32, rows, s.vocab_size)?,
+        })
+    }
+}
+
+impl<B: Backend> Llama<B> {
+    /// `hidden += o_proj(attention(rope(q), rope(k), v))` for one layer.
+    fn attention_block(&mut self, li: usize, kv: &mut B::Kv, batch: &B::Batch) -> Result<()> {
+        let (be, s, sc) = (&self.backend, &self.spec, &mut self.scratch);
+        let layer = &self.layers[li];
+        let at = &layer.self_attn;
+        let eps = s.rms_norm_eps as f32;
+        be.rms_norm(NormArgs {
+            x: &sc.hidden,
+            weight: &layer.input_layernorm,
+            eps,
+            group: s.hidden_size,
+            out: &mut sc.normed,
+        })?;
+        be.linear(&sc.normed, &at.q_proj, at.q_bias.as_ref(), &mut sc.q)?;
+        be.linear(&sc.normed, &at.k_proj, at.k_bias.as_ref(), &mut sc.k)?;
+        be.linear(&sc.normed, &at.v_proj, at.v_bias.as_ref(), &mut sc.v)?;
+        let (q, k) = match (&at.q_norm, &at.k_norm) {
+            (Some(qn), Some(kn)) => {
+                let g = s.head_dim;
+                be.rms_norm(NormArgs {
+                    x: &sc.q,
+                    weight: qn,
+                    eps,
+                    group: g,
+                    out: &mut sc.q_normed,
+                })?;
+                be.rms_norm(NormArgs {
+                    x: &sc.k,
+                    weight: kn,
+                    eps,
+                    group: g,
+                    out: &mut sc.k_normed,
+                })?;
+                (&mut sc.q_normed, &mut sc.k_normed)
+            }
+            _ => (&mut sc.q, &mut sc.k),
+        };
+        let (hd, style, table) = (s.head_dim, s.rope.style, &self.rope_table);
+        let heads = s.num_attention_heads;
+        be.rope(RopeArgs { x: q, heads, head_dim: hd, style, table, batch })?;
+        let kv_heads = s.num_key_value_heads;
+        be.rope(RopeArgs { x: k, heads: kv_heads, head_dim: hd, style, table, batch })?;
+        be.kv_store(kv, li, k, &sc.v, batch)?;
+        be.attention(AttnArgs {
+            q,
+            kv,
+            layer: li,
+            batch,
+            heads,
+            kv_heads,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+            out: &mut sc.attn,
+        })?;
+        be.linear(&sc.attn, &at.o_proj, at.o_bias.as_ref(), &mut sc.proj)?;
+        be.add(&mut sc.hidden, &sc.proj)?;
+        Ok(())
+    }
+
+    /// `hidden += down(bf16(silu(gate(x))) * up(x))` with `x = post_attention_layernorm(hidden)`.
+    fn mlp_block(&mut self, li: usize) -> Result<()> {
+        let (be, s, sc) = (&self.backend, &self.spec, &mut self.scratch);
+        let layer = &self.layers[li];
+        be.rms_norm(NormArgs {
+            x: &sc.hidden,
+            weight: &layer.post_attention_layernorm,
+            eps: s.rms_norm_eps as f32,
+            group: s.hidden_size,
+            out: &mut sc.normed,
+        })?;
+        be.linear(&sc.normed, &layer.mlp.gate_proj, None, &mut sc.gate)?;
+        be.linear(&sc.normed, &layer.mlp.up_proj, None, &mut sc.up)?;
+        be.swiglu(&sc.gate, &sc.up, &mut sc.act)?;
+        be.linear(&sc.act, &layer.mlp.down_proj, None, &mut sc.proj)?;
+        be.add(&mut sc.hidden, &sc.proj)?;
+        Ok(())
+    }
+}
+
+impl<B: Backend> CausalLm<B> for Llama<B> {
+    fn spec(&self) -> &ModelSpec {
+        &self.spec
+    }
+
+    fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    fn max_rows(&self) -> usize {
+        self.max_rows
+    }
+
+    fn max_positions(&self) -> usize {
+        self.max_positions
+    }
+
+    fn kv_geometry(&self, block_size: usize, num_blocks: usize) -> KvGeometry {
+        KvGeometry {
+            layers: self.spec.num_hidden_layers,
+            kv_heads: self.spec.num_key_value_heads,
+            head_dim: self.spec.head_dim,
+            block_size,
+            num_blocks,
+        }
+    }
+
+    fn forward(&mut self, kv: &mut B::Kv, meta: &BatchMeta) -> Result<Vec<f32>> {
+        let rows = meta.rows();
+        if rows == 0 || rows > self.max_rows {
+            return Err(EngineError::Refused(format!(
+                "forward: {rows} rows, the model was loaded for 1 to {}",
+                self.max_rows
+            )));
+        }
+        if let Some(&p) = meta.positions.iter().find(|&&p| p as usize >= self.max_positions) {
+            return Err(EngineError::Refused(format!(
+                "position {p} is past the context of {} tokens",
+                self.max_positions
+            )));
+        }
+        let batch = self.backend.prepare_batch(meta)?;
+        self.backend.embed(&self.embed_tokens, &batch, &mut self.scratch.hidden)?;
+        for li in 0..self.layers.len() {
+            self.attention_block(li, kv, &batch)?;
+            self.mlp_block(li)?;
+        }
+        let (be, sc) = (&self.backend, &mut self.scratch);
+        be.rms_norm(NormArgs {
+            x: &sc.hidden,
+            weight: &self.norm,
+            eps: self.spec.rms_norm_eps as f32,
+            group: self.spec.hidden_size,
+            out: &mut sc.normed,
+        })?;
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
+        be.logits(&sc.normed, head, &batch, &mut sc.logits)?;
+        Ok(be.read_f32(&sc.logits, meta.logit_rows.len())?)
+    }
+}

@@ -1,0 +1,63 @@
+//! Model families, registered in one table keyed by the HF `architectures` string.
+//!
+//! A family is one file written top-down as the HF `modeling_*.py` reads; it knows geometry
+//! and rounding points, not kernels, paging or batching (those arrive as a `BatchMeta`).
+
+pub mod llama;
+
+use tf_backend::{Backend, BatchMeta, KvGeometry};
+use tf_checkpoint::{admission, Checkpoint, ModelSpec};
+
+use crate::error::{EngineError, Result};
+
+/// What the engine needs of any loaded causal LM.
+pub trait CausalLm<B: Backend>: Send {
+    fn spec(&self) -> &ModelSpec;
+    fn backend(&self) -> &B;
+    /// The most rows one `forward` call takes.
+    fn max_rows(&self) -> usize;
+    /// Longest sequence the loaded RoPE table covers.
+    fn max_positions(&self) -> usize;
+    fn kv_geometry(&self, block_size: usize, num_blocks: usize) -> KvGeometry;
+    /// Runs one step over `batch` (stores its KV) and returns the logits of
+    /// `batch.logit_rows`, `(logit_rows, vocab)` row-major.
+    fn forward(&mut self, kv: &mut B::Kv, batch: &BatchMeta) -> Result<Vec<f32>>;
+}
+
+/// Load-time options that do not change any value computed.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadOptions {
+    pub max_rows: usize,
+    pub max_positions: usize,
+}
+
+/// One entry of the family table.
+pub struct Family {
+    pub name: &'static str,
+    pub architectures: &'static [&'static str],
+}
+
+/// Every family tensorfold serves.
+pub const FAMILIES: &[Family] =
+    &[Family { name: "llama", architectures: admission::LLAMA_ARCHITECTURES }];
+
+/// The family serving `architecture`, if any.
+pub fn family_of(architecture: &str) -> Option<&'static Family> {
+    FAMILIES.iter().find(|f| f.architectures.contains(&architecture))
+}
+
+/// Admits the checkpoint and loads it with its family onto `backend`.
+pub fn load<B: Backend + 'static>(
+    ckpt: &Checkpoint,
+    backend: B,
+    opts: LoadOptions,
+) -> Result<Box<dyn CausalLm<B>>> {
+    admission::admit(ckpt)?;
+    match family_of(&ckpt.spec.architecture).map(|f| f.name) {
+        Some("llama") => Ok(Box::new(llama::Llama::load(ckpt, backend, opts)?)),
+        _ => Err(EngineError::Refused(format!(
+            "no family serves architecture `{}`",
+            ckpt.spec.architecture
+        ))),
+    }
+}

@@ -1,0 +1,195 @@
+//! Generation for one sequence at a time: prefill in chunks, then decode row by row.
+//!
+//! Every step is a `BatchMeta` through the same `CausalLm::forward` a multi-sequence scheduler
+//! will call; chunk boundaries change no value (the `windows == steps` invariant), so the chunk
+//! size is a speed knob only.
+
+use std::time::{Duration, Instant};
+
+use tf_backend::{Backend, BatchMeta, SeqMeta};
+
+use crate::error::{EngineError, Result};
+use crate::family::CausalLm;
+use crate::kv::{BlockAllocator, BlockId};
+use crate::sampler::Sampler;
+
+/// Tokens per KV block.
+pub const BLOCK_SIZE: usize = 16;
+
+/// Why generation stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-sequence token was sampled (it is not part of the output).
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+    /// The callback asked to stop.
+    Cancelled,
+}
+
+/// Timings and counts of one generation.
+#[derive(Clone, Debug)]
+pub struct GenStats {
+    pub prompt_tokens: usize,
+    pub output_tokens: usize,
+    pub prefill_time: Duration,
+    pub decode_time: Duration,
+    /// From the call to the first output token.
+    pub time_to_first_token: Duration,
+    pub finish: FinishReason,
+}
+
+impl GenStats {
+    pub fn prompt_tok_per_s(&self) -> f64 {
+        self.prompt_tokens as f64 / self.prefill_time.as_secs_f64().max(1e-9)
+    }
+
+    /// Tokens after the first, over the time spent producing them.
+    pub fn decode_tok_per_s(&self) -> f64 {
+        self.output_tokens.saturating_sub(1) as f64 / self.decode_time.as_secs_f64().max(1e-9)
+    }
+}
+
+/// What to generate.
+#[derive(Clone, Debug)]
+pub struct GenRequest<'a> {
+    pub prompt: &'a [u32],
+    pub max_tokens: usize,
+    pub sampler: Sampler,
+    pub stop_tokens: &'a [u32],
+    /// Prefill rows per step.
+    pub chunk: usize,
+}
+
+/// A loaded model with its KV pool, serving one sequence at a time.
+pub struct Generator<B: Backend> {
+    pub model: Box<dyn CausalLm<B>>,
+    kv: B::Kv,
+    blocks: BlockAllocator,
+}
+
+impl<B: Backend> Generator<B> {
+    /// A KV pool of `num_blocks` blocks of `BLOCK_SIZE` tokens.
+    pub fn new(model: Box<dyn CausalLm<B>>, num_blocks: usize) -> Result<Self> {
+        let geom = model.kv_geometry(BLOCK_SIZE, num_blocks);
+        let kv = model.backend().alloc_kv(&geom)?;
+        Ok(Generator { model, kv, blocks: BlockAllocator::new(num_blocks as u32) })
+    }
+
+    /// Generates from `req.prompt`; `on_token(id)` sees each output token as it is chosen and
+    /// returns `false` to stop. KV blocks are returned to the pool on every exit path.
+    pub fn generate(
+        &mut self,
+        req: &GenRequest<'_>,
+        on_token: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<(Vec<u32>, GenStats)> {
+        let total = req.prompt.len() + req.max_tokens;
+        if req.prompt.is_empty() {
+            return Err(EngineError::Refused("the prompt is empty".into()));
+        }
+        if total > self.model.max_positions() {
+            return Err(EngineError::Refused(format!(
+                "prompt ({} tokens) + max_tokens ({}) exceeds the context of {} tokens",
+                req.prompt.len(),
+                req.max_tokens,
+                self.model.max_positions()
+            )));
+        }
+        let table = self.blocks.alloc(total.div_ceil(BLOCK_SIZE))?;
+        let out = self.run(req, &table, on_token);
+        self.blocks.free(&table)?;
+        out
+    }
+
+    fn run(
+        &mut self,
+        req: &GenRequest<'_>,
+        table: &[BlockId],
+        on_token: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<(Vec<u32>, GenStats)> {
+        let seq = SeqMeta { block_table: table.iter().map(|b| b.0).collect() };
+        let start = Instant::now();
+        let chunk = req.chunk.clamp(1, self.model.max_rows());
+        let mut logits = Vec::new();
+        for (ci, piece) in req.prompt.chunks(chunk).enumerate() {
+            let meta = step_meta(piece, ci * chunk, &seq, true);
+            logits = self.model.forward(&mut self.kv, &meta)?;
+        }
+        let prefill_time = start.elapsed();
+        let mut output: Vec<u32> = Vec::new();
+        let mut first_at: Option<Instant> = None;
+        let mut finish = FinishReason::Length;
+        while output.len() < req.max_tokens {
+            let pos = req.prompt.len() + output.len();
+            let tok = req.sampler.sample(&logits, req.prompt, &output, pos as u64);
+            first_at.get_or_insert_with(Instant::now);
+            if req.stop_tokens.contains(&tok) {
+                finish = FinishReason::Stop;
+                break;
+            }
+            output.push(tok);
+            if !on_token(tok) {
+                finish = FinishReason::Cancelled;
+                break;
+            }
+            if output.len() == req.max_tokens {
+                break;
+            }
+            logits = self.model.forward(&mut self.kv, &step_meta(&[tok], pos, &seq, true))?;
+        }
+        let first_at = first_at.unwrap_or_else(Instant::now);
+        let stats = GenStats {
+            prompt_tokens: req.prompt.len(),
+            output_tokens: output.len(),
+            prefill_time,
+            decode_time: first_at.elapsed(),
+            time_to_first_token: first_at.duration_since(start),
+            finish,
+        };
+        Ok((output, stats))
+    }
+
+    /// Logits of every position of `tokens` (teacher forcing), `(tokens, vocab)`, computed in
+    /// chunks of `chunk` rows. For judges and exactness checks.
+    pub fn score(&mut self, tokens: &[u32], chunk: usize) -> Result<Vec<f32>> {
+        if tokens.is_empty() || tokens.len() > self.model.max_positions() {
+            return Err(EngineError::Refused(format!(
+                "score: {} tokens, context is {}",
+                tokens.len(),
+                self.model.max_positions()
+            )));
+        }
+        let table = self.blocks.alloc(tokens.len().div_ceil(BLOCK_SIZE))?;
+        let seq = SeqMeta { block_table: table.iter().map(|b| b.0).collect() };
+        let chunk = chunk.clamp(1, self.model.max_rows());
+        let mut all = Vec::new();
+        let mut res = Ok(());
+        for (ci, piece) in tokens.chunks(chunk).enumerate() {
+            let mut meta = step_meta(piece, ci * chunk, &seq, false);
+            meta.logit_rows = (0..piece.len() as u32).collect();
+            match self.model.forward(&mut self.kv, &meta) {
+                Ok(l) => all.extend(l),
+                Err(e) => {
+                    res = Err(e);
+                    break;
+                }
+            }
+        }
+        self.blocks.free(&table)?;
+        res.map(|_| all)
+    }
+}
+
+/// A step of consecutive tokens of one sequence starting at `start`; logits of the last row
+/// if `last_logits`.
+fn step_meta(tokens: &[u32], start: usize, seq: &SeqMeta, last_logits: bool) -> BatchMeta {
+    let rows = tokens.len();
+    BatchMeta {
+        tokens: tokens.to_vec(),
+        positions: (start..start + rows).map(|p| p as u32).collect(),
+        row_seq: vec![0; rows],
+        seqs: vec![seq.clone()],
+        logit_rows: if last_logits { vec![rows as u32 - 1] } else { Vec::new() },
+        block_size: BLOCK_SIZE,
+    }
+}
