@@ -22,3 +22,12 @@ pub use codec::{SpecialToken, SpecialTokens, TextCodec};
 pub use error::{Result, TokenizerError};
 pub use gguf::SUPPORTED_PRE;
 pub use stream::DecodeStream;
+
+// The engine shares one tokenizer and template across threads and keeps a DecodeStream per
+// sequence; losing Send/Sync would be an API break, so it is checked at compile time.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<TextCodec>();
+    shared::<ChatTemplate>();
+    shared::<DecodeStream>();
+};

@@ -202,3 +202,24 @@ fn exported_tokenizer_json_round_trips() {
         );
     }
 }
+
+/// Tests that need the model fail (never skip) when it is absent, saying how to fetch it.
+#[test]
+fn a_missing_model_is_a_failure_that_says_how_to_fetch_it() {
+    let empty = tempfile::tempdir().expect("tempdir");
+    let err = common::locate_model(Some(empty.path())).expect_err("no model in an empty cache");
+    assert!(err.contains("scripts/fetch-model.sh") && err.contains(common::MODEL_FILE), "{err}");
+}
+
+/// The checkpoint reader's `TokenizerSource` goes straight into `from_source`.
+#[test]
+fn from_source_on_the_checkpoint() {
+    let ckpt = common::checkpoint();
+    let codec = TextCodec::from_source(&ckpt.tokenizer).expect("from_source");
+    assert_eq!(codec.vocab_size(), 49152);
+    let text = "Hello <|im_start|>world 2024";
+    assert_eq!(
+        codec.encode(text, true).expect("encode"),
+        smollm_codec().encode(text, true).expect("encode")
+    );
+}

@@ -51,7 +51,7 @@ fn random_sequences(vocab: u64, seed: u64, count: usize) -> Vec<Vec<u32>> {
 #[test]
 fn random_ids_byte_level() {
     let codec = smollm_codec();
-    for ids in random_sequences(codec.vocab_size() as u64, 0x5eed_1234, 20000) {
+    for ids in random_sequences(codec.vocab_size() as u64, 0x5eed_1234, 600) {
         check(codec, &ids, false);
         check(codec, &ids, true);
     }
@@ -60,7 +60,7 @@ fn random_ids_byte_level() {
 #[test]
 fn random_ids_sentencepiece() {
     let codec = TextCodec::from_gguf(&spm_vocab(&fixture("tokenizer_spm.json"))).expect("build");
-    for ids in random_sequences(codec.vocab_size() as u64, 0xabcd_ef01, 60000) {
+    for ids in random_sequences(codec.vocab_size() as u64, 0xabcd_ef01, 1500) {
         check(&codec, &ids, false);
         check(&codec, &ids, true);
     }

@@ -12,6 +12,7 @@
 //! - `qwen2`: NFC normalizer, Split(Qwen2 regex, isolated), ByteLevel without its regex.
 //! - `default` (or no name): llama.cpp's fallback list of regexes applied in turn as isolated
 //!   splits; no HF original exists for it.
+//!
 //! Any other name is refused by name: guessing a split silently changes token ids.
 //!
 //! Tokens are stored in the byte-level alphabet (`Ġ` for a space); an added token (control,
