@@ -29,6 +29,8 @@ enum Command {
     Export(cmd::export::ExportArgs),
     /// Measure prompt and decode speed (llama-bench style), one JSON line per repetition.
     Bench(cmd::bench::BenchArgs),
+    /// Greedy generations of a prompt set as JSON, with each step's top-2 logits.
+    Golden(cmd::golden::GoldenArgs),
 }
 
 fn main() {
@@ -38,6 +40,7 @@ fn main() {
         Command::Info(a) => cmd::info::run(a),
         Command::Export(a) => cmd::export::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Golden(a) => cmd::golden::run(a),
     };
     if let Err(e) = res {
         eprintln!("error: {e:#}");

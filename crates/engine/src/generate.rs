@@ -76,12 +76,13 @@ impl<B: Backend> Generator<B> {
         Ok(Generator { model, kv, blocks: BlockAllocator::new(num_blocks as u32) })
     }
 
-    /// Generates from `req.prompt`; `on_token(id)` sees each output token as it is chosen and
-    /// returns `false` to stop. KV blocks are returned to the pool on every exit path.
+    /// Generates from `req.prompt`; `on_token(id, logits)` sees each chosen token (also a stop
+    /// token, before generation ends on it) with the logits it was chosen from, and returns
+    /// `false` to stop. KV blocks are returned to the pool on every exit path.
     pub fn generate(
         &mut self,
         req: &GenRequest<'_>,
-        on_token: &mut dyn FnMut(u32) -> bool,
+        on_token: &mut dyn FnMut(u32, &[f32]) -> bool,
     ) -> Result<(Vec<u32>, GenStats)> {
         let total = req.prompt.len() + req.max_tokens;
         if req.prompt.is_empty() {
@@ -105,7 +106,7 @@ impl<B: Backend> Generator<B> {
         &mut self,
         req: &GenRequest<'_>,
         table: &[BlockId],
-        on_token: &mut dyn FnMut(u32) -> bool,
+        on_token: &mut dyn FnMut(u32, &[f32]) -> bool,
     ) -> Result<(Vec<u32>, GenStats)> {
         let seq = SeqMeta { block_table: table.iter().map(|b| b.0).collect() };
         let start = Instant::now();
@@ -123,12 +124,13 @@ impl<B: Backend> Generator<B> {
             let pos = req.prompt.len() + output.len();
             let tok = req.sampler.sample(&logits, req.prompt, &output, pos as u64);
             first_at.get_or_insert_with(Instant::now);
+            let go_on = on_token(tok, &logits);
             if req.stop_tokens.contains(&tok) {
                 finish = FinishReason::Stop;
                 break;
             }
             output.push(tok);
-            if !on_token(tok) {
+            if !go_on {
                 finish = FinishReason::Cancelled;
                 break;
             }

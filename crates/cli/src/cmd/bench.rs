@@ -54,7 +54,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             stop_tokens: &[],
             chunk: rows,
         };
-        let (_, st) = gen.generate(&req, &mut |_| true)?;
+        let (_, st) = gen.generate(&req, &mut |_, _| true)?;
         println!(
             "{}",
             serde_json::json!({

@@ -2,6 +2,14 @@
 
 pub mod bench;
 pub mod export;
+pub mod golden;
 pub mod info;
 pub mod run;
 pub mod text;
+
+/// Writes to stdout, ignoring a closed pipe (`tensorfold info | head` must not panic).
+pub fn print_out(s: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(s.as_bytes()).and_then(|_| out.flush());
+}

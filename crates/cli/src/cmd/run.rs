@@ -89,7 +89,11 @@ pub fn run(a: RunArgs) -> Result<()> {
     };
     let mut detok = text.detokenizer();
     let mut stdout = std::io::stdout();
-    let (out, stats) = gen.generate(&req, &mut |tok| {
+    let stops = text.stop_tokens.clone();
+    let (out, stats) = gen.generate(&req, &mut |tok, _| {
+        if stops.contains(&tok) {
+            return false;
+        }
         let piece = detok.push(tok);
         let _ = stdout.write_all(piece.as_bytes());
         let _ = stdout.flush();
