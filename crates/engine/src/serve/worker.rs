@@ -1,0 +1,413 @@
+//! The engine thread: owns the model and the KV pool, and runs schedule -> forward -> sample
+//! step after step for every running request. The server holds an `EngineHandle` and talks to
+//! the thread over channels only (STYLE.md: one engine thread owns its state).
+//!
+//! Each step's rows come from `scheduler::schedule`; each sampled token's draw is keyed by
+//! (seed, absolute position), so neither the step mix nor the prompt cache changes a token.
+//! Cancellation (a `CancelToken`, or the client's event receiver dropped) frees the lane and
+//! its blocks at the next step.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tf_backend::{Backend, BatchMeta, SeqMeta};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
+
+use super::api::{
+    CancelToken, EngineStats, Event, Finish, GenerateRequest, ModelInfo, Submission, SubmitError,
+    Usage,
+};
+use super::cache::BlockManager;
+use super::scheduler::{schedule, LaneView};
+use crate::error::Result;
+use crate::family::CausalLm;
+use crate::kv::BlockId;
+use crate::sampler::Sampler;
+
+/// How the engine thread runs.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub model_id: String,
+    /// Running sequences at once (lanes).
+    pub parallel: usize,
+    /// Longest prompt + completion, tokens.
+    pub context: usize,
+    /// Rows per step.
+    pub max_rows: usize,
+    /// Rows of one prompt per step.
+    pub prefill_chunk: usize,
+    /// Requests waiting for a lane beyond which submissions are refused.
+    pub queue_limit: usize,
+    pub block_size: usize,
+    /// Blocks of the KV pool (lanes + prompt cache).
+    pub total_blocks: usize,
+    /// Most unreferenced blocks the prompt cache keeps (0 turns it off).
+    pub cache_blocks: usize,
+}
+
+struct Job {
+    req: GenerateRequest,
+    sampler: Sampler,
+    tx: UnboundedSender<Event>,
+    cancel: CancelToken,
+}
+
+enum Msg {
+    Submit(Box<Job>),
+    Shutdown,
+}
+
+struct Shared {
+    tx: Mutex<Option<Sender<Msg>>>,
+    stats: Mutex<EngineStats>,
+    info: ModelInfo,
+    waiting: AtomicUsize,
+    next_id: AtomicU64,
+    stopping: AtomicBool,
+    queue_limit: usize,
+}
+
+/// The server's handle on the engine thread; cheap to clone.
+#[derive(Clone)]
+pub struct EngineHandle {
+    shared: Arc<Shared>,
+}
+
+impl EngineHandle {
+    /// Starts the engine thread with a loaded model.
+    pub fn start<B: Backend + 'static>(
+        model: Box<dyn CausalLm<B>>,
+        cfg: EngineConfig,
+    ) -> Result<Self> {
+        let geom = model.kv_geometry(cfg.block_size, cfg.total_blocks);
+        let kv = model.backend().alloc_kv(&geom)?;
+        let info = ModelInfo {
+            id: cfg.model_id.clone(),
+            context: cfg.context,
+            vocab_size: model.spec().vocab_size,
+            parallel: cfg.parallel,
+        };
+        let (tx, rx) = mpsc::channel();
+        let shared = Arc::new(Shared {
+            tx: Mutex::new(Some(tx)),
+            stats: Mutex::new(EngineStats {
+                kv_blocks_total: cfg.total_blocks,
+                ..Default::default()
+            }),
+            info,
+            waiting: AtomicUsize::new(0),
+            next_id: AtomicU64::new(1),
+            stopping: AtomicBool::new(false),
+            queue_limit: cfg.queue_limit,
+        });
+        let blocks = BlockManager::new(cfg.total_blocks, cfg.block_size, cfg.cache_blocks);
+        let worker = Worker {
+            model,
+            kv,
+            blocks,
+            cfg,
+            lanes: Vec::new(),
+            waiting: VecDeque::new(),
+            shared: shared.clone(),
+        };
+        std::thread::Builder::new()
+            .name("tf-engine".into())
+            .spawn(move || worker.run(rx))
+            .map_err(|e| crate::EngineError::Refused(format!("starting the engine thread: {e}")))?;
+        Ok(EngineHandle { shared })
+    }
+
+    /// Queues a request; its events arrive on the returned receiver.
+    pub fn submit(&self, req: GenerateRequest) -> Result<Submission, SubmitError> {
+        let s = &self.shared;
+        if s.stopping.load(Ordering::Relaxed) {
+            return Err(SubmitError::ShuttingDown);
+        }
+        if req.prompt.is_empty() {
+            return Err(SubmitError::Invalid("the prompt is empty".into()));
+        }
+        if req.max_tokens == 0 {
+            return Err(SubmitError::Invalid("max_tokens must be at least 1".into()));
+        }
+        let needed = req.prompt.len().saturating_add(req.max_tokens);
+        if needed > s.info.context {
+            return Err(SubmitError::TooLong {
+                prompt: req.prompt.len(),
+                max_tokens: req.max_tokens,
+                needed,
+                context: s.info.context,
+            });
+        }
+        if let Some(&t) = req.prompt.iter().find(|&&t| t as usize >= s.info.vocab_size) {
+            return Err(SubmitError::Invalid(format!(
+                "token id {t} is outside the vocabulary of {}",
+                s.info.vocab_size
+            )));
+        }
+        let sampler =
+            Sampler::new(req.sampling.clone()).map_err(|e| SubmitError::Invalid(e.to_string()))?;
+        let waiting = s.waiting.load(Ordering::Relaxed);
+        if waiting >= s.queue_limit {
+            return Err(SubmitError::QueueFull { waiting, limit: s.queue_limit });
+        }
+        let (tx, rx) = unbounded_channel();
+        let cancel = CancelToken::default();
+        let id = s.next_id.fetch_add(1, Ordering::Relaxed);
+        let job = Job { req, sampler, tx, cancel: cancel.clone() };
+        let guard = s.tx.lock().map_err(|_| SubmitError::ShuttingDown)?;
+        let sender = guard.as_ref().ok_or(SubmitError::ShuttingDown)?;
+        s.waiting.fetch_add(1, Ordering::Relaxed);
+        sender.send(Msg::Submit(Box::new(job))).map_err(|_| SubmitError::ShuttingDown)?;
+        Ok(Submission { id, events: rx, cancel })
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        let mut st = self.shared.stats.lock().map(|g| g.clone()).unwrap_or_default();
+        st.requests_waiting = self.shared.waiting.load(Ordering::Relaxed);
+        st
+    }
+
+    pub fn info(&self) -> &ModelInfo {
+        &self.shared.info
+    }
+
+    /// Stops taking requests; waiting ones fail, running ones finish.
+    pub fn shutdown(&self) {
+        self.shared.stopping.store(true, Ordering::Relaxed);
+        if let Ok(g) = self.shared.tx.lock() {
+            if let Some(tx) = g.as_ref() {
+                let _ = tx.send(Msg::Shutdown);
+            }
+        }
+    }
+
+    /// Whether the engine thread has stopped.
+    pub fn is_stopped(&self) -> bool {
+        self.shared.tx.lock().map(|g| g.is_none()).unwrap_or(true)
+    }
+}
+
+/// A running sequence.
+struct Lane {
+    job: Box<Job>,
+    /// Prompt then output tokens.
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    /// Tokens whose KV is written.
+    computed: usize,
+    table: Vec<BlockId>,
+    cached_tokens: usize,
+}
+
+struct Worker<B: Backend> {
+    model: Box<dyn CausalLm<B>>,
+    kv: B::Kv,
+    blocks: BlockManager,
+    cfg: EngineConfig,
+    lanes: Vec<Lane>,
+    waiting: VecDeque<Box<Job>>,
+    shared: Arc<Shared>,
+}
+
+impl<B: Backend> Worker<B> {
+    fn run(mut self, rx: Receiver<Msg>) {
+        let mut stopping = false;
+        loop {
+            if self.lanes.is_empty() && self.waiting.is_empty() {
+                if stopping {
+                    break;
+                }
+                match rx.recv() {
+                    Ok(m) => stopping |= self.take(m),
+                    Err(_) => break,
+                }
+            }
+            while let Ok(m) = rx.try_recv() {
+                stopping |= self.take(m);
+            }
+            if stopping {
+                for job in self.waiting.drain(..) {
+                    self.shared.waiting.fetch_sub(1, Ordering::Relaxed);
+                    let _ = job
+                        .tx
+                        .send(Event::Failed { message: "the server is shutting down".into() });
+                }
+            }
+            self.reap_cancelled();
+            self.admit();
+            if !self.lanes.is_empty() {
+                self.step();
+            }
+            self.publish();
+        }
+        if let Ok(mut g) = self.shared.tx.lock() {
+            *g = None;
+        }
+    }
+
+    /// Takes a message; true on shutdown.
+    fn take(&mut self, m: Msg) -> bool {
+        match m {
+            Msg::Submit(job) => {
+                self.waiting.push_back(job);
+                false
+            }
+            Msg::Shutdown => true,
+        }
+    }
+
+    fn reap_cancelled(&mut self) {
+        let gone = |j: &Job| j.cancel.is_cancelled() || j.tx.is_closed();
+        let before = self.waiting.len();
+        self.waiting.retain(|j| !gone(j));
+        self.shared.waiting.fetch_sub(before - self.waiting.len(), Ordering::Relaxed);
+        let mut i = 0;
+        while i < self.lanes.len() {
+            if gone(&self.lanes[i].job) {
+                self.finish(i, Finish::Cancelled);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Moves waiting requests into free lanes while blocks allow.
+    fn admit(&mut self) {
+        while self.lanes.len() < self.cfg.parallel {
+            let Some(job) = self.waiting.pop_front() else { break };
+            let prompt = job.req.prompt.clone();
+            let reused = if job.req.use_prompt_cache {
+                self.blocks.reuse_prefix(&prompt)
+            } else {
+                Vec::new()
+            };
+            let need = (prompt.len() + job.req.max_tokens).div_ceil(self.cfg.block_size);
+            let Some(fresh) = self.blocks.allocate(need - reused.len()) else {
+                self.blocks.release(&reused);
+                self.waiting.push_front(job);
+                break;
+            };
+            self.shared.waiting.fetch_sub(1, Ordering::Relaxed);
+            let cached_tokens = reused.len() * self.cfg.block_size;
+            let _ = job.tx.send(Event::Started { cached_tokens });
+            let table = reused.into_iter().chain(fresh).collect();
+            let prompt_len = prompt.len();
+            self.lanes.push(Lane {
+                job,
+                tokens: prompt,
+                prompt_len,
+                computed: cached_tokens,
+                table,
+                cached_tokens,
+            });
+        }
+    }
+
+    fn step(&mut self) {
+        let views: Vec<LaneView> = self
+            .lanes
+            .iter()
+            .map(|l| LaneView { computed: l.computed, known: l.tokens.len() })
+            .collect();
+        let plan = schedule(&views, self.cfg.max_rows, self.cfg.prefill_chunk);
+        let mut meta = BatchMeta { block_size: self.cfg.block_size, ..Default::default() };
+        for (si, p) in plan.pieces.iter().enumerate() {
+            let lane = &self.lanes[p.lane];
+            meta.seqs.push(SeqMeta { block_table: lane.table.iter().map(|b| b.0).collect() });
+            for pos in p.start..p.start + p.len {
+                meta.tokens.push(lane.tokens[pos]);
+                meta.positions.push(pos as u32);
+                meta.row_seq.push(si as u32);
+            }
+            if p.wants_logits {
+                meta.logit_rows.push(meta.tokens.len() as u32 - 1);
+            }
+        }
+        let t0 = Instant::now();
+        let result = self.model.forward(&mut self.kv, &meta);
+        let secs = t0.elapsed().as_secs_f64();
+        if let Ok(mut st) = self.shared.stats.lock() {
+            st.steps_total += 1;
+            st.step_seconds_total += secs;
+        }
+        let logits = match result {
+            Ok(l) => l,
+            Err(e) => return self.fail_all(&e.to_string()),
+        };
+        let vocab = self.model.spec().vocab_size;
+        let mut done: Vec<(usize, Finish)> = Vec::new();
+        let mut row = 0;
+        for p in &plan.pieces {
+            let lane = &mut self.lanes[p.lane];
+            lane.computed += p.len;
+            if lane.computed == lane.prompt_len && lane.job.req.use_prompt_cache {
+                self.blocks.register(&lane.tokens[..lane.computed], &lane.table);
+            }
+            if !p.wants_logits {
+                continue;
+            }
+            let l = &logits[row * vocab..(row + 1) * vocab];
+            row += 1;
+            if let Some(f) = sample_into(lane, l) {
+                done.push((p.lane, f));
+            }
+        }
+        done.sort_by(|a, b| b.0.cmp(&a.0));
+        for (i, f) in done {
+            self.finish(i, f);
+        }
+    }
+
+    fn finish(&mut self, i: usize, finish: Finish) {
+        let lane = self.lanes.remove(i);
+        if lane.job.req.use_prompt_cache {
+            self.blocks.register(&lane.tokens[..lane.computed], &lane.table);
+        }
+        self.blocks.release(&lane.table);
+        let usage = Usage {
+            prompt_tokens: lane.prompt_len,
+            cached_tokens: lane.cached_tokens,
+            completion_tokens: lane.tokens.len() - lane.prompt_len,
+        };
+        if let Ok(mut st) = self.shared.stats.lock() {
+            st.requests_total += 1;
+            st.prompt_tokens_total += usage.prompt_tokens as u64;
+            st.cached_tokens_total += usage.cached_tokens as u64;
+            st.completion_tokens_total += usage.completion_tokens as u64;
+        }
+        let _ = lane.job.tx.send(Event::Finished { finish, usage });
+    }
+
+    fn fail_all(&mut self, message: &str) {
+        for lane in self.lanes.drain(..) {
+            self.blocks.release(&lane.table);
+            let _ = lane.job.tx.send(Event::Failed { message: format!("engine error: {message}") });
+        }
+    }
+
+    fn publish(&self) {
+        if let Ok(mut st) = self.shared.stats.lock() {
+            st.requests_running = self.lanes.len();
+            st.kv_blocks_free = self.blocks.free_count();
+            st.prompt_cache_blocks = self.blocks.cached_count();
+        }
+    }
+}
+
+/// Samples the lane's next token from its logits row; returns how it finished, if it did.
+fn sample_into(lane: &mut Lane, logits: &[f32]) -> Option<Finish> {
+    let pos = lane.tokens.len();
+    let (prompt, output) = lane.tokens.split_at(lane.prompt_len);
+    let tok = lane.job.sampler.sample(logits, prompt, output, pos as u64);
+    if lane.job.req.stop_tokens.contains(&tok) {
+        return Some(Finish::Stop);
+    }
+    lane.tokens.push(tok);
+    if lane.job.tx.send(Event::Token { id: tok }).is_err() {
+        return Some(Finish::Cancelled);
+    }
+    (lane.tokens.len() - lane.prompt_len >= lane.job.req.max_tokens).then_some(Finish::Length)
+}
