@@ -16,6 +16,7 @@ pub mod kv;
 pub mod philox;
 pub mod rope;
 pub mod sampler;
+pub mod serve;
 
 pub use error::{EngineError, Result};
 pub use kv::{BlockAllocator, BlockId, SeqId};
