@@ -20,6 +20,7 @@
 pub mod batch;
 pub mod cpu;
 pub mod error;
+pub mod f64ref;
 
 pub use batch::{BatchMeta, KvGeometry, SeqMeta};
 pub use error::{BackendError, Result};
