@@ -21,26 +21,38 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve the OpenAI-compatible API (chat and text completions, streaming) on a model.
+    Serve(cmd::serve::ServeArgs),
     /// Generate a reply to one prompt and print it as it streams, then the speed line.
     Run(cmd::run::RunArgs),
     /// Print a checkpoint's spec and whether it is admitted, without loading weights.
     Info(cmd::info::InfoArgs),
+    /// Print the memory plan (weights, KV, prompt cache) for serving, without loading weights.
+    Plan(cmd::plan::PlanArgs),
     /// Write a GGUF checkpoint as an HF-layout bf16 checkpoint directory.
     Export(cmd::export::ExportArgs),
     /// Measure prompt and decode speed (llama-bench style), one JSON line per repetition.
     Bench(cmd::bench::BenchArgs),
     /// Greedy generations of a prompt set as JSON, with each step's top-2 logits.
     Golden(cmd::golden::GoldenArgs),
+    /// Teacher-forced fidelity judge against an HF reference: KL, top-1, near-tie verdicts.
+    Judge(cmd::judge::JudgeArgs),
+    /// Exactness checks (`check exact`): bit-for-bit comparisons with planted controls.
+    Check(cmd::check::CheckArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let res = match cli.command {
+        Command::Serve(a) => cmd::serve::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::Info(a) => cmd::info::run(a),
+        Command::Plan(a) => cmd::plan::run(a),
         Command::Export(a) => cmd::export::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Golden(a) => cmd::golden::run(a),
+        Command::Judge(a) => cmd::judge::run(a),
+        Command::Check(a) => cmd::check::run(a),
     };
     if let Err(e) = res {
         eprintln!("error: {e:#}");

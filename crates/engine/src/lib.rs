@@ -9,9 +9,11 @@
 //! - `generate`: prefill in chunks and decode, one sequence at a time for now; every step goes
 //!   through the same `forward(batch)` a multi-sequence scheduler will call.
 
+pub mod check;
 pub mod error;
 pub mod family;
 pub mod generate;
+pub mod judge;
 pub mod kv;
 pub mod philox;
 pub mod rope;

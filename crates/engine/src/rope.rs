@@ -40,7 +40,8 @@ pub fn inv_freq(rope: &RopeSpec) -> Vec<f32> {
                 .map(|&f| {
                     let wavelen = 2.0 * std::f32::consts::PI / f;
                     let scaled = if wavelen > low_wavelen { f / factor } else { f };
-                    let medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+                    // HF: ~(wavelen < high) * ~(wavelen > low); wavelengths are finite and positive.
+                    let medium = wavelen >= high_wavelen && wavelen <= low_wavelen;
                     if medium {
                         let smooth = (old / wavelen - lo) / (hi - lo);
                         (1.0 - smooth) * scaled / factor + smooth * scaled

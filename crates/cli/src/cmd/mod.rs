@@ -1,10 +1,14 @@
 //! One file per subcommand.
 
 pub mod bench;
+pub mod check;
 pub mod export;
 pub mod golden;
 pub mod info;
+pub mod judge;
+pub mod plan;
 pub mod run;
+pub mod serve;
 pub mod text;
 
 /// Writes to stdout, ignoring a closed pipe (`tensorfold info | head` must not panic).

@@ -157,9 +157,9 @@ impl BlockManager {
                 Some(c) if c.hash == h => {}
                 Some(_) => break, // the table diverges from what this block caches
                 None => {
-                    if !self.by_hash.contains_key(&h) {
+                    if let std::collections::hash_map::Entry::Vacant(e) = self.by_hash.entry(h) {
                         *slot = Some(Cached { hash: h, parent, tokens: t.to_vec() });
-                        self.by_hash.insert(h, b.0);
+                        e.insert(b.0);
                     }
                 }
             }

@@ -355,7 +355,7 @@ impl<B: Backend> Worker<B> {
                 done.push((p.lane, f));
             }
         }
-        done.sort_by(|a, b| b.0.cmp(&a.0));
+        done.sort_by_key(|d| std::cmp::Reverse(d.0));
         for (i, f) in done {
             self.finish(i, f);
         }

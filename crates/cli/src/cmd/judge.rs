@@ -1,0 +1,203 @@
+//! `tensorfold judge`: the teacher-forced fidelity judge of DESIGN.md §2 on one model.
+//!
+//! Reads a reference made by `tools/reference/hf_logits.py` (JSON, and optionally the full
+//! rows `.bin` written with `--full-out`), scores the reference's token history with the
+//! engine (`Generator::score`, CPU backend) and, with `--f64`, with the same family on the
+//! float64 reference backend, then hands the rows to `tf_engine::judge`. Prints every top-1
+//! difference with both sides' contenders, margins and verdict, and ends stdout with the
+//! one-line receipt. Exit 1 when any difference is not a near-tie, or when a row of any side
+//! holds NaN or +-Inf (refused, naming side and position, before any comparison).
+//!
+//! KL is exact over the full vocabulary only with `--reference-logits`; without it the figure
+//! is the top-k + rest lower bound, and the receipt says which.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use tf_backend::cpu::{CpuBackend, CpuConfig};
+use tf_backend::f64ref::F64Backend;
+use tf_backend::Backend;
+use tf_checkpoint::Checkpoint;
+use tf_engine::family::{self, LoadOptions};
+use tf_engine::generate::{Generator, BLOCK_SIZE};
+use tf_engine::judge::{self, FullRows, JudgeInput, RefFile, Reference};
+
+use crate::cmd::text::Text;
+
+#[derive(Args)]
+pub struct JudgeArgs {
+    /// Reference JSON from tools/reference/hf_logits.py (format tensorfold-ref-logits/1).
+    #[arg(long)]
+    pub reference: PathBuf,
+    /// The reference's full rows (.bin from hf_logits.py --full-out): KL over the full
+    /// vocabulary, exactly. Without it KL is the top-k + rest lower bound.
+    #[arg(long)]
+    pub reference_logits: Option<PathBuf>,
+    /// A GGUF file or an HF checkpoint directory (default: the fetched test model).
+    #[arg(short, long)]
+    pub model: Option<PathBuf>,
+    /// Also run the float64 reference backend and judge every difference against it.
+    #[arg(long)]
+    pub f64: bool,
+    /// Judge only the first N positions of the history.
+    #[arg(long)]
+    pub max_positions: Option<usize>,
+    /// Rows per forward step when scoring (a speed knob: chunking changes no value).
+    #[arg(long, default_value_t = 256)]
+    pub chunk: usize,
+    /// CPU threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Also write the report (figures and every difference) as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Also write the scored rows, raw little-endian f32 `(positions, vocab)`, into this
+    /// directory: `engine.f32.bin` (and `float64.f32.bin` with --f64), for offline analysis.
+    #[arg(long)]
+    pub save_logits: Option<PathBuf>,
+}
+
+/// Writes `rows` as raw little-endian f32 to `dir/name`.
+fn save_rows(dir: &std::path::Path, name: &str, rows: &[f32]) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(name);
+    let bytes: Vec<u8> = rows.iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(&path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+fn load_reference(a: &JudgeArgs) -> Result<Reference> {
+    let path = &a.reference;
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let file: RefFile =
+        serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", path.display()))?;
+    let full = match &a.reference_logits {
+        None => None,
+        Some(bin) => {
+            let desc = file.full_logits.as_ref().with_context(|| {
+                format!(
+                    "{} records no full_logits; make it with hf_logits.py --full-out",
+                    path.display()
+                )
+            })?;
+            Some(FullRows::read(bin, desc)?)
+        }
+    };
+    Reference::new(file, full).with_context(|| format!("checking {}", path.display()))
+}
+
+/// Teacher-forced logits of `tokens` on `backend`, `(tokens, vocab)`.
+fn score<B: Backend + 'static>(
+    ckpt: &Checkpoint,
+    backend: B,
+    tokens: &[u32],
+    chunk: usize,
+) -> Result<Vec<f32>> {
+    let label = backend.name();
+    let t0 = Instant::now();
+    let opts = LoadOptions { max_rows: chunk.max(1), max_positions: tokens.len() };
+    let model = family::load(ckpt, backend, opts)?;
+    let mut gen = Generator::new(model, tokens.len().div_ceil(BLOCK_SIZE))?;
+    let t1 = Instant::now();
+    let rows = gen.score(tokens, chunk)?;
+    eprintln!(
+        "judge: {label}: load {:.1}s, {} positions scored in {:.1}s",
+        (t1 - t0).as_secs_f64(),
+        tokens.len(),
+        t1.elapsed().as_secs_f64()
+    );
+    Ok(rows)
+}
+
+pub fn run(a: JudgeArgs) -> Result<()> {
+    let reference = load_reference(&a)?;
+    let n = a.max_positions.unwrap_or(usize::MAX).min(reference.tokens.len());
+    if n == 0 {
+        bail!("--max-positions 0: nothing to judge");
+    }
+    let path = crate::model_path::resolve(a.model.clone())?;
+    let ckpt = Checkpoint::open(&path)?;
+    if ckpt.spec.vocab_size != reference.vocab {
+        bail!(
+            "{}: vocabulary of {}, but the reference {} has {}",
+            path.display(),
+            ckpt.spec.vocab_size,
+            a.reference.display(),
+            reference.vocab
+        );
+    }
+    let tokens = &reference.tokens[..n];
+    println!(
+        "judge: model {} vs reference {} ({} {}, {}), {n} positions, KL {}",
+        path.display(),
+        a.reference.display(),
+        reference.model,
+        reference.dtype,
+        versions(&reference),
+        if reference.full.is_some() {
+            judge::KlMethod::Full.describe()
+        } else {
+            judge::KlMethod::TopkRest.describe()
+        }
+    );
+    let cpu = CpuBackend::with_config(CpuConfig { threads: a.threads, level: None })?;
+    let engine = score(&ckpt, cpu, tokens, a.chunk)?;
+    let float64 = match a.f64 {
+        true => Some(score(
+            &ckpt,
+            F64Backend::with_threads(&ckpt.spec.rope, a.threads)?,
+            tokens,
+            a.chunk,
+        )?),
+        false => None,
+    };
+    if let Some(dir) = &a.save_logits {
+        save_rows(dir, "engine.f32.bin", &engine)?;
+        if let Some(f) = &float64 {
+            save_rows(dir, "float64.f32.bin", f)?;
+        }
+    }
+    let input = JudgeInput {
+        reference: &reference,
+        engine: &engine,
+        float64: float64.as_deref(),
+        positions: n,
+    };
+    let report = judge::judge(&input)?;
+    let text = Text::load(&ckpt).ok();
+    let name = |id: u32| match text.as_ref().and_then(|t| t.codec.decode(&[id], false).ok()) {
+        Some(s) => format!("{id} {s:?}"),
+        None => id.to_string(),
+    };
+    let mut out = String::new();
+    for d in &report.differences {
+        out.push_str(&d.describe(&name));
+    }
+    out.push_str(&format!(
+        "top-k + lse figures (k = {}): mean lower bound {:.6}, mean upper bound {:.4}, mean \
+         mass outside the top-k {:.4}\n",
+        report.topk.k, report.topk.mean_lower, report.topk.mean_upper, report.topk.mean_rest_mass
+    ));
+    out.push_str(&report.receipt());
+    out.push('\n');
+    crate::cmd::print_out(&out);
+    if let Some(p) = &a.json {
+        let s = serde_json::to_string_pretty(&report)? + "\n";
+        std::fs::write(p, s).with_context(|| format!("writing {}", p.display()))?;
+    }
+    if !report.passed() {
+        bail!(
+            "{} of {} top-1 differences are not near-ties",
+            report.failures(),
+            report.differences.len()
+        );
+    }
+    Ok(())
+}
+
+fn versions(r: &Reference) -> String {
+    let v: Vec<String> =
+        r.versions.iter().map(|(k, v)| format!("{k} {}", v.as_deref().unwrap_or("-"))).collect();
+    v.join(", ")
+}
