@@ -8,4 +8,6 @@ command -v cargo >/dev/null || { echo "error: cargo not found; install Rust from
 echo "building tensorfold (release)..." >&2
 cargo build --release --locked -p tensorfold >&2
 scripts/fetch-model.sh >/dev/null
+echo "smoke test: a greedy chat reply from the default model (SmolLM2-135M-Instruct, Q4_1 GGUF):" >&2
+target/release/tensorfold run --chat -p "What is the capital of France?" --max-tokens 32 >&2
 echo "ready: $root/target/release/tensorfold" >&2

@@ -5,6 +5,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 scripts/fetch-model.sh >/dev/null
+# The server tests drive it with the official openai client.
+python3 -c "import openai" 2>/dev/null || python3 -m pip install --quiet "openai>=1.50" >&2
 echo "== cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "== cargo clippy" >&2
@@ -13,4 +15,6 @@ echo "== cargo test" >&2
 cargo test --locked --workspace
 echo "== tool self-tests" >&2
 python3 tools/reference/compare_greedy.py --self-test
+echo "== OpenAI-client conformance against a real tensorfold serve on loopback" >&2
+TENSORFOLD_BIN="$root/target/debug/tensorfold" python3 tools/test_openai_conformance.py
 echo "all tests passed" >&2
