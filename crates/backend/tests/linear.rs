@@ -85,7 +85,7 @@ fn reference(
 }
 
 fn bound(k: usize, m: f64, y: f64, has_bias: bool) -> f64 {
-    let d = (k / 16 + 4 + 2) as f64 + if k % 16 != 0 { 1.0 } else { 0.0 };
+    let d = (k / 16 + 4 + 2) as f64 + if k.is_multiple_of(16) { 0.0 } else { 1.0 };
     gamma(d) * m + if has_bias { 2f64.powi(-24) * y.abs() } else { 0.0 }
 }
 

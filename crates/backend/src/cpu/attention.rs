@@ -8,8 +8,9 @@
 //! 3. `e_j = exp(s_j - m)`, `l` = their sum in 16 lanes (lane = j mod 16) and the fixed tree;
 //! 4. `o_d = sum_j e_j * v_jd` as an fma chain over j in increasing order, then `bf16(o_d / l)`.
 //!
-//! Rows and heads never interact, so the pool splits (row, kv-head) items — or (row, head)
-//! items when there are too few rows to keep the threads busy — without changing any bits.
+//! Rows and heads never interact, so the pool splits (row, tile of a KV head's query heads)
+//! items, tiles small enough to keep every thread busy on a decode row, without changing any
+//! bits; heads of a tile share each K and V load.
 //! Scores are kept in full (two passes) rather than an online softmax: the same arithmetic,
 //! no rescaling, and the scratch is a few KiB per thread.
 
@@ -40,8 +41,9 @@ struct Ctx<'a> {
     heads: usize,
     group: usize,
     scale: f32,
-    /// Items are (row, head) instead of (row, kv head).
-    per_head: bool,
+    /// Heads per work item (at most HEAD_TILE), and items per KV head's group.
+    tile: usize,
+    tiles: usize,
 }
 
 /// Shape parameters of [`attention`] (the `AttnArgs` fields besides buffers).
@@ -67,7 +69,7 @@ pub(crate) fn attention(
     if sh.kv_heads != g.kv_heads
         || sh.head_dim != g.head_dim
         || sh.kv_heads == 0
-        || sh.heads % sh.kv_heads != 0
+        || !sh.heads.is_multiple_of(sh.kv_heads)
         || q.cols != sh.heads * sh.head_dim
         || q.rows != rows
     {
@@ -80,8 +82,14 @@ pub(crate) fn attention(
         ));
     }
     out.check_out("attention", rows, q.cols)?;
-    let per_head = rows * sh.kv_heads < 4 * be.pool.threads();
-    let items = if per_head { rows * sh.heads } else { rows * sh.kv_heads };
+    // Split each KV head's group of query heads into tiles (sharing each K/V load), small
+    // enough that there are about two items per thread when rows are few (decode).
+    let group = sh.heads / sh.kv_heads;
+    let want = (2 * be.pool.threads()).div_ceil(rows * sh.kv_heads);
+    let splits = want.clamp(group.div_ceil(HEAD_TILE), group.max(1));
+    let tile = group.div_ceil(splits);
+    let tiles = group.div_ceil(tile);
+    let items = rows * sh.kv_heads * tiles;
     let work: usize = batch.meta.positions.iter().map(|&p| p as usize + 1).sum::<usize>() * q.cols;
     let ctx = Ctx {
         q: Src::of(q),
@@ -90,9 +98,10 @@ pub(crate) fn attention(
         layer: sh.layer,
         batch,
         heads: sh.heads,
-        group: sh.heads / sh.kv_heads,
+        group,
         scale: sh.scale,
-        per_head,
+        tile,
+        tiles,
     };
     be.for_ranges(items, 1, work >= 1 << 15, &|range| {
         SCRATCH.with(|s| {
@@ -115,14 +124,11 @@ impl Kernel for Items<'_> {
     #[inline(always)]
     fn run<S: Simd>(self, s: S) {
         let c = self.ctx;
+        let kvh = c.heads / c.group;
         for item in self.range.clone() {
-            let (r, heads) = if c.per_head {
-                let (r, h) = (item / c.heads, item % c.heads);
-                (r, h..h + 1)
-            } else {
-                let (r, g) = (item / (c.heads / c.group), item % (c.heads / c.group));
-                (r, g * c.group..(g + 1) * c.group)
-            };
+            let (r, g, t) = (item / (kvh * c.tiles), item / c.tiles % kvh, item % c.tiles);
+            let h_end = (g + 1) * c.group;
+            let heads = g * c.group + t * c.tile..(g * c.group + (t + 1) * c.tile).min(h_end);
             let mut h0 = heads.start;
             while h0 < heads.end {
                 let hg = HEAD_TILE.min(heads.end - h0);
@@ -176,37 +182,121 @@ unsafe fn attend<S: Simd, const HG: usize>(
     for (i, li) in l.iter_mut().enumerate() {
         *li = softmax_numerators(s, &mut scores[i * np..(i + 1) * np], n);
     }
-    let o = c.out;
-    for d0 in (0..hd).step_by(16) {
-        let w = 16.min(hd - d0);
-        let mut acc = [s.zero(); HG];
-        for (bi, &blk) in table.iter().enumerate() {
-            let vp = c.kv.k_plane(blk as usize, c.layer) + c.kv.plane + kvh * bs * hd;
-            for slot in 0..bs.min(n - bi * bs) {
-                let j = bi * bs + slot;
-                // SAFETY: (block, layer, kv head, slot) is inside the pool; d0 + w <= hd.
-                let v = unsafe {
-                    let p = c.kv.data.as_ptr().add(vp + slot * hd + d0);
-                    if w == 16 {
-                        s.load_bf16(p)
+    let pv = Pv { table, n, kvh, scores, np, l: &l, qrow };
+    // SAFETY: as above; the tiles below cover heads h0..h0+HG.
+    unsafe {
+        match hd {
+            64 => pv.run::<S, HG, 4>(s, c, h0, 0),
+            128 => {
+                for i in (0..HG).step_by(2) {
+                    if i + 1 < HG {
+                        pv.run::<S, 2, 8>(s, c, h0, i);
                     } else {
-                        s.load_bf16_n(p, w)
+                        pv.run::<S, 1, 8>(s, c, h0, i);
                     }
-                };
-                for (i, a) in acc.iter_mut().enumerate() {
-                    *a = s.fma(s.splat(scores[i * np + j]), v, *a);
+                }
+            }
+            _ => pv.any::<S, HG>(s, c, h0),
+        }
+    }
+}
+
+/// The weighted sum over V of one row's heads, given the softmax numerators and sums.
+struct Pv<'a> {
+    table: &'a [u32],
+    n: usize,
+    kvh: usize,
+    /// Head i's numerators at `scores[i * np..]`.
+    scores: &'a [f32],
+    np: usize,
+    l: &'a [f32],
+    qrow: usize,
+}
+
+impl Pv<'_> {
+    /// Heads `h0 + i0 ..+ HG` of a head_dim of `16 * DC`, all accumulators in registers.
+    ///
+    /// # Safety
+    /// See `attend`; `HG * DC <= 16`.
+    // Index loops over the register tile `acc[head][dim chunk]`; they unroll fully.
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    unsafe fn run<S: Simd, const HG: usize, const DC: usize>(
+        &self,
+        s: S,
+        c: &Ctx,
+        h0: usize,
+        i0: usize,
+    ) {
+        let g = &c.kv.geom;
+        let (hd, bs) = (g.head_dim, g.block_size);
+        let mut acc = [[s.zero(); DC]; HG];
+        for (bi, &blk) in self.table.iter().enumerate() {
+            let vp = c.kv.k_plane(blk as usize, c.layer) + c.kv.plane + self.kvh * bs * hd;
+            for slot in 0..bs.min(self.n - bi * bs) {
+                let j = bi * bs + slot;
+                let mut v = [s.zero(); DC];
+                for (dc, x) in v.iter_mut().enumerate() {
+                    // SAFETY: (block, layer, kv head, slot, dims) is inside the pool.
+                    *x = unsafe { s.load_bf16(c.kv.data.as_ptr().add(vp + slot * hd + 16 * dc)) };
+                }
+                for i in 0..HG {
+                    let e = s.splat(self.scores[(i0 + i) * self.np + j]);
+                    for dc in 0..DC {
+                        acc[i][dc] = s.fma(e, v[dc], acc[i][dc]);
+                    }
                 }
             }
         }
-        for (i, a) in acc.iter().enumerate() {
-            let y = s.div(*a, s.splat(l[i]));
-            let at = qrow + (h0 + i) * hd + d0;
-            // SAFETY: inside row r's heads, owned by this thread.
-            unsafe {
-                if w == 16 {
-                    o.store(s, at, y)
-                } else {
-                    o.store_n(s, at, y, w)
+        for i in 0..HG {
+            let l = s.splat(self.l[i0 + i]);
+            for dc in 0..DC {
+                let at = self.qrow + (h0 + i0 + i) * hd + 16 * dc;
+                // SAFETY: inside row r's heads, owned by this thread.
+                unsafe { c.out.store(s, at, s.div(acc[i][dc], l)) };
+            }
+        }
+    }
+
+    /// Any head_dim: one 16-dim slice at a time (the same fma chain per output element).
+    ///
+    /// # Safety
+    /// See `attend`.
+    #[inline(always)]
+    unsafe fn any<S: Simd, const HG: usize>(&self, s: S, c: &Ctx, h0: usize) {
+        let g = &c.kv.geom;
+        let (hd, bs) = (g.head_dim, g.block_size);
+        for d0 in (0..hd).step_by(16) {
+            let w = 16.min(hd - d0);
+            let mut acc = [s.zero(); HG];
+            for (bi, &blk) in self.table.iter().enumerate() {
+                let vp = c.kv.k_plane(blk as usize, c.layer) + c.kv.plane + self.kvh * bs * hd;
+                for slot in 0..bs.min(self.n - bi * bs) {
+                    let j = bi * bs + slot;
+                    // SAFETY: (block, layer, kv head, slot) is inside the pool; d0 + w <= hd.
+                    let v = unsafe {
+                        let p = c.kv.data.as_ptr().add(vp + slot * hd + d0);
+                        if w == 16 {
+                            s.load_bf16(p)
+                        } else {
+                            s.load_bf16_n(p, w)
+                        }
+                    };
+                    for (i, a) in acc.iter_mut().enumerate() {
+                        *a = s.fma(s.splat(self.scores[i * self.np + j]), v, *a);
+                    }
+                }
+            }
+            for (i, a) in acc.iter().enumerate() {
+                let y = s.div(*a, s.splat(self.l[i]));
+                let at = self.qrow + (h0 + i) * hd + d0;
+                // SAFETY: inside row r's heads, owned by this thread.
+                unsafe {
+                    if w == 16 {
+                        c.out.store(s, at, y)
+                    } else {
+                        c.out.store_n(s, at, y, w)
+                    }
                 }
             }
         }

@@ -186,7 +186,11 @@ pub(crate) fn rope(
     positions: &[u32],
 ) -> Result<()> {
     let (rows, cols) = (x.rows, x.cols);
-    if head_dim == 0 || head_dim % 2 != 0 || heads * head_dim != cols || positions.len() != rows {
+    if head_dim == 0
+        || !head_dim.is_multiple_of(2)
+        || heads * head_dim != cols
+        || positions.len() != rows
+    {
         return Err(BackendError::shape(
             "rope",
             format!(

@@ -92,6 +92,12 @@ impl CpuBackend {
         self.pool.threads()
     }
 
+    /// (parallel jobs posted, worker entries into them): how often helper threads arrive in
+    /// time to share an op (diagnostics for benchmarks).
+    pub fn pool_stats(&self) -> (u64, u64) {
+        self.pool.stats()
+    }
+
     /// Calls `f` on disjoint ranges covering `0..items` (`chunk` items each), on the pool's
     /// threads when `parallel`, else on the caller's.
     pub(crate) fn for_ranges(

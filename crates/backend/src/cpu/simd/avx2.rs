@@ -64,6 +64,7 @@ impl Simd for Avx2 {
     type I = I8x2;
     const GEMM_MR: usize = 2;
     const GEMM_NR: usize = 2;
+    const FAST_LUT: bool = false;
 
     #[inline(always)]
     fn vectorize<K: Kernel>(self, k: K) -> K::Output {
@@ -145,12 +146,12 @@ impl Simd for Avx2 {
         unsafe { F8x2(_mm256_cvtepi32_ps(a.0), _mm256_cvtepi32_ps(a.1)) }
     }
     #[inline(always)]
-    fn from_bits(self, a: I8x2) -> F8x2 {
+    fn bitcast_f(self, a: I8x2) -> F8x2 {
         // SAFETY: see the impl comment.
         unsafe { F8x2(_mm256_castsi256_ps(a.0), _mm256_castsi256_ps(a.1)) }
     }
     #[inline(always)]
-    fn to_bits(self, a: F8x2) -> I8x2 {
+    fn bitcast_i(self, a: F8x2) -> I8x2 {
         // SAFETY: see the impl comment.
         unsafe { I8x2(_mm256_castps_si256(a.0), _mm256_castps_si256(a.1)) }
     }
@@ -205,6 +206,36 @@ impl Simd for Avx2 {
         }
     }
     #[inline(always)]
+    fn lut16(self, table: F8x2, idx: I8x2) -> F8x2 {
+        // SAFETY: see the impl comment. Each 8-entry half is looked up with the low 3 bits,
+        // then bit 3 (moved to the sign) picks the half.
+        unsafe {
+            let pick = |i: __m256i| {
+                let lo = _mm256_permutevar8x32_ps(table.0, i);
+                let hi = _mm256_permutevar8x32_ps(table.1, i);
+                _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32::<28>(i)))
+            };
+            F8x2(pick(idx.0), pick(idx.1))
+        }
+    }
+    #[inline(always)]
+    fn splat_f16(self, bits: u16) -> F8x2 {
+        // SAFETY: see the impl comment.
+        unsafe {
+            let v = _mm256_cvtph_ps(_mm_set1_epi16(bits as i16));
+            F8x2(v, v)
+        }
+    }
+    #[inline(always)]
+    fn splat_f16x2(self, bits: u32) -> (F8x2, F8x2) {
+        // SAFETY: see the impl comment. Lanes alternate lo, hi; duplicate evens and odds.
+        unsafe {
+            let v = _mm256_cvtph_ps(_mm_set1_epi32(bits as i32));
+            let (d, m) = (_mm256_moveldup_ps(v), _mm256_movehdup_ps(v));
+            (F8x2(d, d), F8x2(m, m))
+        }
+    }
+    #[inline(always)]
     fn reduce(self, v: F8x2) -> f32 {
         // SAFETY: see the impl comment. Tree: (i, i+8), (i, i+4), (i, i+2), (0, 1).
         unsafe {
@@ -221,6 +252,11 @@ impl Simd for Avx2 {
         unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))) }
     }
 
+    #[inline(always)]
+    fn prefetch(self, p: *const u8) {
+        // SAFETY: a prefetch never faults or changes memory; any address is allowed.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
+    }
     #[inline(always)]
     unsafe fn load(self, p: *const f32) -> F8x2 {
         // SAFETY: see the impl comment.

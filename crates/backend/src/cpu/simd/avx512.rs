@@ -38,6 +38,7 @@ impl Simd for Avx512 {
     type I = __m512i;
     const GEMM_MR: usize = 4;
     const GEMM_NR: usize = 4;
+    const FAST_LUT: bool = true;
 
     #[inline(always)]
     fn vectorize<K: Kernel>(self, k: K) -> K::Output {
@@ -111,12 +112,12 @@ impl Simd for Avx512 {
         unsafe { _mm512_cvtepi32_ps(a) }
     }
     #[inline(always)]
-    fn from_bits(self, a: __m512i) -> __m512 {
+    fn bitcast_f(self, a: __m512i) -> __m512 {
         // SAFETY: see the impl comment.
         unsafe { _mm512_castsi512_ps(a) }
     }
     #[inline(always)]
-    fn to_bits(self, a: __m512) -> __m512i {
+    fn bitcast_i(self, a: __m512) -> __m512i {
         // SAFETY: see the impl comment.
         unsafe { _mm512_castps_si512(a) }
     }
@@ -161,6 +162,24 @@ impl Simd for Avx512 {
         unsafe { _mm512_maskz_mov_epi32(mask as u16, _mm512_set1_epi32(val)) }
     }
     #[inline(always)]
+    fn lut16(self, table: __m512, idx: __m512i) -> __m512 {
+        // SAFETY: see the impl comment. vpermps reads the low 4 bits of each index.
+        unsafe { _mm512_permutexvar_ps(idx, table) }
+    }
+    #[inline(always)]
+    fn splat_f16(self, bits: u16) -> __m512 {
+        // SAFETY: see the impl comment.
+        unsafe { _mm512_cvtph_ps(_mm256_set1_epi16(bits as i16)) }
+    }
+    #[inline(always)]
+    fn splat_f16x2(self, bits: u32) -> (__m512, __m512) {
+        // SAFETY: see the impl comment. Lanes alternate lo, hi; duplicate evens and odds.
+        unsafe {
+            let v = _mm512_cvtph_ps(_mm256_set1_epi32(bits as i32));
+            (_mm512_moveldup_ps(v), _mm512_movehdup_ps(v))
+        }
+    }
+    #[inline(always)]
     fn reduce(self, v: __m512) -> f32 {
         // SAFETY: see the impl comment. Tree: (i, i+8), (i, i+4), (i, i+2), (0, 1).
         unsafe {
@@ -179,6 +198,11 @@ impl Simd for Avx512 {
         unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))) }
     }
 
+    #[inline(always)]
+    fn prefetch(self, p: *const u8) {
+        // SAFETY: a prefetch never faults or changes memory; any address is allowed.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
+    }
     #[inline(always)]
     unsafe fn load(self, p: *const f32) -> __m512 {
         // SAFETY: see the impl comment.

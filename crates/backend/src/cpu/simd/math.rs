@@ -14,7 +14,7 @@ const LOG2E: f32 = std::f32::consts::LOG2_E;
 const LN2_HI: f32 = 0.693_359_4;
 const LN2_LO: f32 = -2.121_944_4e-4;
 const P: [f32; 6] =
-    [1.987_569_2e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1];
+    [1.987_569_2e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
 
 /// e^x per lane (see the module doc for the exact recipe).
 #[inline(always)]
@@ -35,8 +35,8 @@ pub fn exp<S: Simd>(s: S, x: S::V) -> S::V {
     let ni = s.to_int(n);
     let n1 = s.to_int(s.mul(n, s.splat(0.5)));
     let n2 = s.isub(ni, n1);
-    let e1 = s.from_bits(s.shl(s.iadd(n1, s.isplat(127)), 23));
-    let e2 = s.from_bits(s.shl(s.iadd(n2, s.isplat(127)), 23));
+    let e1 = s.bitcast_f(s.shl(s.iadd(n1, s.isplat(127)), 23));
+    let e2 = s.bitcast_f(s.shl(s.iadd(n2, s.isplat(127)), 23));
     s.nan_select(x, s.mul(s.mul(y, e1), e2))
 }
 
@@ -93,8 +93,8 @@ pub fn f16_to_f32(h: u16) -> f32 {
 /// The same integer recipe as [`f32_to_bf16`], so every level agrees.
 #[inline(always)]
 pub fn round_bf16_v<S: Simd>(s: S, x: S::V) -> S::V {
-    let b = s.to_bits(x);
+    let b = s.bitcast_i(x);
     let lsb = s.and(s.shr(b, 16), s.isplat(1));
     let r = s.and(s.iadd(b, s.iadd(lsb, s.isplat(0x7fff))), s.isplat(0xffff_0000u32 as i32));
-    s.nan_select(x, s.from_bits(r))
+    s.nan_select(x, s.bitcast_f(r))
 }

@@ -12,6 +12,9 @@
 //!   flushes denormals);
 //! - `reduce` sums the 16 lanes in one tree: lanes i and i+8, then i and i+4, i and i+2, 0 and 1.
 //!
+//! NaN *payloads and signs* are the one exception: Rust leaves them unspecified (the compiler
+//! may commute an addition), so levels agree on which values are NaN, not on their bits.
+//!
 //! A kernel runs under the ISA's `#[target_feature]` through [`Simd::vectorize`]: every
 //! function between it and the intrinsics is `#[inline(always)]`, so the intrinsics inline
 //! into the feature-enabled function (the `pulp` crate's pattern). Rejected: one hand-written
@@ -131,6 +134,9 @@ pub trait Simd: Copy + Send + Sync + 'static {
     /// ISA's register file; it changes no element's arithmetic.
     const GEMM_MR: usize;
     const GEMM_NR: usize;
+    /// Whether `lut16` is one instruction (then 4-bit codes are decoded by table lookup;
+    /// otherwise by convert + fma, which gives the same values).
+    const FAST_LUT: bool;
 
     /// Runs `k` inside a function compiled with this ISA's target features.
     fn vectorize<K: Kernel>(self, k: K) -> K::Output;
@@ -155,8 +161,8 @@ pub trait Simd: Copy + Send + Sync + 'static {
     fn to_int(self, a: Self::V) -> Self::I;
     /// Exact int -> float conversion for |a| < 2^24.
     fn to_float(self, a: Self::I) -> Self::V;
-    fn from_bits(self, a: Self::I) -> Self::V;
-    fn to_bits(self, a: Self::V) -> Self::I;
+    fn bitcast_f(self, a: Self::I) -> Self::V;
+    fn bitcast_i(self, a: Self::V) -> Self::I;
     fn isplat(self, x: i32) -> Self::I;
     fn iadd(self, a: Self::I, b: Self::I) -> Self::I;
     fn isub(self, a: Self::I, b: Self::I) -> Self::I;
@@ -167,10 +173,19 @@ pub trait Simd: Copy + Send + Sync + 'static {
     fn shr(self, a: Self::I, n: u32) -> Self::I;
     /// Lane j = `val` if bit j of `mask` is set, else 0.
     fn mask_bits(self, mask: u32, val: i32) -> Self::I;
+    /// Lane i = `table[idx[i] & 15]`.
+    fn lut16(self, table: Self::V, idx: Self::I) -> Self::V;
+    /// The binary16 value `bits` in every lane (exact).
+    fn splat_f16(self, bits: u16) -> Self::V;
+    /// The binary16 values of the low and high halves of `bits`, each in every lane.
+    fn splat_f16x2(self, bits: u32) -> (Self::V, Self::V);
     /// The 16 lanes summed in the fixed tree (8+8, 4+4, 2+2, 1+1).
     fn reduce(self, v: Self::V) -> f32;
     /// Exact IEEE binary16 -> f32.
     fn f16_to_f32(self, bits: u16) -> f32;
+    /// A hint to bring the cache line of `p` in; `p` need not be valid (never dereferenced).
+    #[inline(always)]
+    fn prefetch(self, _p: *const u8) {}
 
     /// # Safety
     /// `p` valid for 16 reads.
@@ -178,18 +193,30 @@ pub trait Simd: Copy + Send + Sync + 'static {
     /// # Safety
     /// `p` valid for 16 writes.
     unsafe fn store(self, p: *mut f32, v: Self::V);
-    /// bf16 bit patterns widened exactly. # Safety: `p` valid for 16 reads.
+    /// bf16 bit patterns widened exactly.
+    /// # Safety
+    /// `p` valid for 16 reads.
     unsafe fn load_bf16(self, p: *const u16) -> Self::V;
-    /// Rounded to nearest even (NaN stays a quiet NaN). # Safety: `p` valid for 16 writes.
+    /// Rounded to nearest even (NaN stays a quiet NaN).
+    /// # Safety
+    /// `p` valid for 16 writes.
     unsafe fn store_bf16(self, p: *mut u16, v: Self::V);
-    /// binary16 widened exactly. # Safety: `p` valid for 16 reads.
+    /// binary16 widened exactly.
+    /// # Safety
+    /// `p` valid for 16 reads.
     unsafe fn load_f16(self, p: *const u16) -> Self::V;
-    /// 16 bytes zero-extended. # Safety: `p` valid for 16 reads.
+    /// 16 bytes zero-extended.
+    /// # Safety
+    /// `p` valid for 16 reads.
     unsafe fn load_u8(self, p: *const u8) -> Self::I;
-    /// 16 bytes sign-extended. # Safety: `p` valid for 16 reads.
+    /// 16 bytes sign-extended.
+    /// # Safety
+    /// `p` valid for 16 reads.
     unsafe fn load_i8(self, p: *const u8) -> Self::I;
 
-    /// First `n < 16` lanes from `p`, the rest 0. # Safety: `p` valid for `n` reads.
+    /// First `n < 16` lanes from `p`, the rest 0.
+    /// # Safety
+    /// `p` valid for `n` reads.
     #[inline(always)]
     unsafe fn load_n(self, p: *const f32, n: usize) -> Self::V {
         let mut t = [0f32; 16];

@@ -61,6 +61,7 @@ impl Simd for Neon {
     type I = I4x4;
     const GEMM_MR: usize = 2;
     const GEMM_NR: usize = 2;
+    const FAST_LUT: bool = false;
 
     #[inline(always)]
     fn vectorize<K: Kernel>(self, k: K) -> K::Output {
@@ -121,11 +122,11 @@ impl Simd for Neon {
         each!(F4x4, |i| vcvtq_f32_s32(a.0[i]))
     }
     #[inline(always)]
-    fn from_bits(self, a: I4x4) -> F4x4 {
+    fn bitcast_f(self, a: I4x4) -> F4x4 {
         each!(F4x4, |i| vreinterpretq_f32_s32(a.0[i]))
     }
     #[inline(always)]
-    fn to_bits(self, a: F4x4) -> I4x4 {
+    fn bitcast_i(self, a: F4x4) -> I4x4 {
         each!(I4x4, |i| vreinterpretq_s32_f32(a.0[i]))
     }
     #[inline(always)]
@@ -172,6 +173,32 @@ impl Simd for Neon {
             let m = vtstq_u32(vdupq_n_u32((mask >> (4 * i)) & 0xf), bit);
             vandq_s32(vreinterpretq_s32_u32(m), vdupq_n_s32(val))
         })
+    }
+    #[inline(always)]
+    fn lut16(self, table: F4x4, idx: I4x4) -> F4x4 {
+        let mut t = [0f32; 16];
+        let mut i = [0i32; 16];
+        let mut o = [0f32; 16];
+        // SAFETY: every buffer holds 16 lanes.
+        unsafe {
+            self.store(t.as_mut_ptr(), table);
+            for k in 0..4 {
+                vst1q_s32(i.as_mut_ptr().add(4 * k), idx.0[k]);
+            }
+        }
+        for (o, &i) in o.iter_mut().zip(&i) {
+            *o = t[(i & 15) as usize];
+        }
+        // SAFETY: o holds 16 lanes.
+        unsafe { self.load(o.as_ptr()) }
+    }
+    #[inline(always)]
+    fn splat_f16(self, bits: u16) -> F4x4 {
+        self.splat(math::f16_to_f32(bits))
+    }
+    #[inline(always)]
+    fn splat_f16x2(self, bits: u32) -> (F4x4, F4x4) {
+        (self.splat_f16(bits as u16), self.splat_f16((bits >> 16) as u16))
     }
     #[inline(always)]
     fn reduce(self, v: F4x4) -> f32 {

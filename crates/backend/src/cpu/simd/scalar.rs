@@ -33,6 +33,7 @@ impl Simd for Scalar {
     type I = [i32; 16];
     const GEMM_MR: usize = 2;
     const GEMM_NR: usize = 2;
+    const FAST_LUT: bool = false;
 
     #[inline(always)]
     fn vectorize<K: Kernel>(self, k: K) -> K::Output {
@@ -95,11 +96,11 @@ impl Simd for Scalar {
         map(a, |x| x as f32)
     }
     #[inline(always)]
-    fn from_bits(self, a: Self::I) -> Self::V {
+    fn bitcast_f(self, a: Self::I) -> Self::V {
         map(a, |x| f32::from_bits(x as u32))
     }
     #[inline(always)]
-    fn to_bits(self, a: Self::V) -> Self::I {
+    fn bitcast_i(self, a: Self::V) -> Self::I {
         map(a, |x| x.to_bits() as i32)
     }
     #[inline(always)]
@@ -139,6 +140,18 @@ impl Simd for Scalar {
             }
         }
         o
+    }
+    #[inline(always)]
+    fn lut16(self, table: Self::V, idx: Self::I) -> Self::V {
+        map(idx, |i| table[(i & 15) as usize])
+    }
+    #[inline(always)]
+    fn splat_f16(self, bits: u16) -> Self::V {
+        [math::f16_to_f32(bits); 16]
+    }
+    #[inline(always)]
+    fn splat_f16x2(self, bits: u32) -> (Self::V, Self::V) {
+        (self.splat_f16(bits as u16), self.splat_f16((bits >> 16) as u16))
     }
     #[inline(always)]
     fn reduce(self, v: Self::V) -> f32 {
