@@ -13,8 +13,15 @@ decimal floats; top-k is ordered by logit descending, ties by lowest id (a stabl
 log-sum-exp is over the full vocabulary, each logit converted exactly to float64 first. A row
 holding NaN or +-Inf is refused: the script exits 1 naming the position, and writes nothing.
 
-Alternatives rejected: storing full-vocabulary rows (49,152 floats per position makes a
-1,000-position file hundreds of MB); torch.topk (order among equal values unspecified).
+Full rows (--full-out FILE.bin): optionally every logit of every position is also written,
+exactly, as raw little-endian values of the model's dtype (bf16: the 16 bits; float32; float64),
+row-major (position, vocab), with no header; the JSON then records the file's name, dtype and
+shape under `full_logits`, so KL over the full vocabulary can be computed exactly. Such a file is
+large (49,152 bf16 values, 96 KiB, per position) and is not committed.
+
+Alternatives rejected: only full rows in the JSON (hundreds of MB of decimal text);
+torch.topk (order among equal values unspecified); a header inside the .bin (the JSON beside it
+already describes it, and raw rows can be memory-mapped or read with numpy.fromfile).
 
 Input: --history FILE, a JSON list of ids (or {"tokens": [...]}); or --text FILE, plain text
 tokenized with the model's tokenizer (no special tokens added); or --greedy-ref FILE
@@ -22,6 +29,7 @@ tokenized with the model's tokenizer (no special tokens added); or --greedy-ref 
 (--prompt-index I: prompt I only).
 Output JSON (format "tensorfold-ref-logits/1"):
   {format, model, dtype, attn, versions, k, vocab_size, tokens:[...],
+   full_logits: optional {file, dtype: "bf16"|"f32"|"f64", rows, vocab, bytes},
    positions:[{ids:[k ints], logits:[k floats], lse: float, min: float}]}
   (len(positions) == len(tokens); position i is the row that predicts tokens[i + 1]; `min` is
   the smallest logit over the full vocabulary, used to bound the KL remainder)
@@ -41,6 +49,8 @@ import refcommon as rc
 
 FORMAT = "tensorfold-ref-logits/1"
 CHUNK = 256  # rows converted to float64 at a time, to bound memory
+# --full-out element types: model dtype -> (name in the JSON, little-endian numpy dtype of the bits)
+FULL_DTYPES = {"bf16": ("bf16", "<u2"), "float32": ("f32", "<f4"), "float64": ("f64", "<f8")}
 
 
 def read_history(args, tok) -> list[int]:
@@ -82,6 +92,27 @@ def rows(logits, k: int, offset: int) -> list[dict]:
     return out
 
 
+def write_full(logits, dtype: str, path: Path) -> dict:
+    """Writes every logit, exactly, as raw little-endian rows; returns the JSON description."""
+    import numpy as np
+    import torch
+
+    name, np_dtype = FULL_DTYPES[dtype]
+    rows, vocab = logits.shape
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        for start in range(0, rows, CHUNK):
+            part = logits[start : start + CHUNK].contiguous()
+            if dtype == "bf16":  # the raw 16 bits; numpy has no bfloat16
+                arr = part.view(torch.int16).numpy().view(np.uint16)
+            else:
+                arr = part.numpy()
+            f.write(arr.astype(np_dtype, copy=False).tobytes())
+    size = path.stat().st_size
+    assert size == rows * vocab * np.dtype(np_dtype).itemsize, f"{path}: wrote {size} bytes"
+    return {"file": path.name, "dtype": name, "rows": rows, "vocab": vocab, "bytes": size}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     src = ap.add_mutually_exclusive_group(required=True)
@@ -99,6 +130,11 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument(
+        "--full-out",
+        type=Path,
+        help="also write every logit as raw little-endian rows (model dtype) to this .bin",
+    )
     args = ap.parse_args()
 
     import torch
@@ -133,6 +169,7 @@ def main() -> int:
         except ValueError as err:
             print(f"error: {model_path}: {err}; refusing to write {args.out}", file=sys.stderr)
             return 1
+        full = write_full(logits, args.dtype, args.full_out) if args.full_out else None
     t_run = time.perf_counter() - t1
     assert len(positions) == len(ids)  # one row per input position, by construction of forward
     assert all(math.isfinite(p["lse"]) for p in positions)
@@ -148,6 +185,8 @@ def main() -> int:
         "tokens": ids,
         "positions": positions,
     }
+    if full is not None:
+        doc["full_logits"] = full
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w") as f:
         f.write("{\n")

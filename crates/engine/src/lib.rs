@@ -13,6 +13,7 @@ pub mod check;
 pub mod error;
 pub mod family;
 pub mod generate;
+pub mod judge;
 pub mod kv;
 pub mod philox;
 pub mod rope;

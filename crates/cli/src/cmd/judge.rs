@@ -9,9 +9,11 @@
 //! holds NaN or +-Inf (refused, naming side and position, before any comparison).
 //!
 //! KL is exact over the full vocabulary only with `--reference-logits`; without it the figure
-//! is the top-k + rest lower bound, and the receipt says which.
+//! is the top-k + rest lower bound, and the receipt says which. `--candidate` judges another
+//! reference's full rows in the engine's place (HF eager against HF sdpa: the yardstick of how
+//! far two runs of the reference itself are apart), through the same code.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -22,7 +24,7 @@ use tf_backend::Backend;
 use tf_checkpoint::Checkpoint;
 use tf_engine::family::{self, LoadOptions};
 use tf_engine::generate::{Generator, BLOCK_SIZE};
-use tf_engine::judge::{self, FullRows, JudgeInput, RefFile, Reference};
+use tf_engine::judge::{self, FullRows, JudgeInput, KlMethod, RefFile, Reference};
 
 use crate::cmd::text::Text;
 
@@ -53,6 +55,13 @@ pub struct JudgeArgs {
     /// Also write the report (figures and every difference) as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Judge another reference's full rows instead of the engine (e.g. HF eager against HF
+    /// sdpa: how far two runs of the reference itself are apart). Needs --candidate-logits.
+    #[arg(long, requires = "candidate_logits")]
+    pub candidate: Option<PathBuf>,
+    /// The candidate's full rows (.bin from hf_logits.py --full-out).
+    #[arg(long, requires = "candidate")]
+    pub candidate_logits: Option<PathBuf>,
     /// Also write the scored rows, raw little-endian f32 `(positions, vocab)`, into this
     /// directory: `engine.f32.bin` (and `float64.f32.bin` with --f64), for offline analysis.
     #[arg(long)]
@@ -67,24 +76,38 @@ fn save_rows(dir: &std::path::Path, name: &str, rows: &[f32]) -> Result<()> {
     std::fs::write(&path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
-fn load_reference(a: &JudgeArgs) -> Result<Reference> {
-    let path = &a.reference;
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+/// A reference JSON and, if given, its full rows.
+fn load_reference(json: &Path, bin: Option<&Path>) -> Result<Reference> {
+    let bytes = std::fs::read(json).with_context(|| format!("reading {}", json.display()))?;
     let file: RefFile =
-        serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", path.display()))?;
-    let full = match &a.reference_logits {
+        serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", json.display()))?;
+    let full = match bin {
         None => None,
         Some(bin) => {
             let desc = file.full_logits.as_ref().with_context(|| {
                 format!(
                     "{} records no full_logits; make it with hf_logits.py --full-out",
-                    path.display()
+                    json.display()
                 )
             })?;
             Some(FullRows::read(bin, desc)?)
         }
     };
-    Reference::new(file, full).with_context(|| format!("checking {}", path.display()))
+    Reference::new(file, full).with_context(|| format!("checking {}", json.display()))
+}
+
+/// The candidate's full rows as f32 `(n, vocab)` (bf16 and f32 exactly; f64 rounded once),
+/// after checking it read the same tokens as the reference.
+fn candidate_rows(a: &JudgeArgs, reference: &Reference, n: usize) -> Result<Vec<f32>> {
+    let (Some(json), Some(bin)) = (&a.candidate, &a.candidate_logits) else {
+        bail!("--candidate and --candidate-logits go together");
+    };
+    let cand = load_reference(json, Some(bin))?;
+    if cand.tokens.get(..n) != reference.tokens.get(..n) || cand.vocab != reference.vocab {
+        bail!("{}: not the reference's token history or vocabulary", json.display());
+    }
+    let full = cand.full.as_ref().context("candidate full rows")?;
+    Ok((0..n).flat_map(|i| full.row(i)).map(|v| v as f32).collect())
 }
 
 /// Teacher-forced logits of `tokens` on `backend`, `(tokens, vocab)`.
@@ -111,7 +134,7 @@ fn score<B: Backend + 'static>(
 }
 
 pub fn run(a: JudgeArgs) -> Result<()> {
-    let reference = load_reference(&a)?;
+    let reference = load_reference(&a.reference, a.reference_logits.as_deref())?;
     let n = a.max_positions.unwrap_or(usize::MAX).min(reference.tokens.len());
     if n == 0 {
         bail!("--max-positions 0: nothing to judge");
@@ -128,28 +151,31 @@ pub fn run(a: JudgeArgs) -> Result<()> {
         );
     }
     let tokens = &reference.tokens[..n];
+    let method = if reference.full.is_some() { KlMethod::Full } else { KlMethod::TopkRest };
+    let judged = match &a.candidate {
+        Some(c) => format!("candidate {}", c.display()),
+        None => format!("model {}", path.display()),
+    };
     println!(
-        "judge: model {} vs reference {} ({} {}, {}), {n} positions, KL {}",
-        path.display(),
+        "judge: {judged} vs reference {} ({} {}, {}), {n} positions, KL {}",
         a.reference.display(),
         reference.model,
         reference.dtype,
         versions(&reference),
-        if reference.full.is_some() {
-            judge::KlMethod::Full.describe()
-        } else {
-            judge::KlMethod::TopkRest.describe()
-        }
+        method.describe()
     );
-    let cpu = CpuBackend::with_config(CpuConfig { threads: a.threads, level: None })?;
-    let engine = score(&ckpt, cpu, tokens, a.chunk)?;
+    let engine = match &a.candidate {
+        Some(_) => candidate_rows(&a, &reference, n)?,
+        None => {
+            let cpu = CpuBackend::with_config(CpuConfig { threads: a.threads, level: None })?;
+            score(&ckpt, cpu, tokens, a.chunk)?
+        }
+    };
     let float64 = match a.f64 {
-        true => Some(score(
-            &ckpt,
-            F64Backend::with_threads(&ckpt.spec.rope, a.threads)?,
-            tokens,
-            a.chunk,
-        )?),
+        true => {
+            let f64ref = F64Backend::with_threads(&ckpt.spec.rope, a.threads)?;
+            Some(score(&ckpt, f64ref, tokens, a.chunk)?)
+        }
         false => None,
     };
     if let Some(dir) = &a.save_logits {
@@ -165,23 +191,7 @@ pub fn run(a: JudgeArgs) -> Result<()> {
         positions: n,
     };
     let report = judge::judge(&input)?;
-    let text = Text::load(&ckpt).ok();
-    let name = |id: u32| match text.as_ref().and_then(|t| t.codec.decode(&[id], false).ok()) {
-        Some(s) => format!("{id} {s:?}"),
-        None => id.to_string(),
-    };
-    let mut out = String::new();
-    for d in &report.differences {
-        out.push_str(&d.describe(&name));
-    }
-    out.push_str(&format!(
-        "top-k + lse figures (k = {}): mean lower bound {:.6}, mean upper bound {:.4}, mean \
-         mass outside the top-k {:.4}\n",
-        report.topk.k, report.topk.mean_lower, report.topk.mean_upper, report.topk.mean_rest_mass
-    ));
-    out.push_str(&report.receipt());
-    out.push('\n');
-    crate::cmd::print_out(&out);
+    print_report(&ckpt, &report);
     if let Some(p) = &a.json {
         let s = serde_json::to_string_pretty(&report)? + "\n";
         std::fs::write(p, s).with_context(|| format!("writing {}", p.display()))?;
@@ -194,6 +204,29 @@ pub fn run(a: JudgeArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Every difference (tokens named by the checkpoint's tokenizer when it loads), the top-k
+/// figures, and the receipt as the last line.
+fn print_report(ckpt: &Checkpoint, report: &judge::Report) {
+    let text = Text::load(ckpt).ok();
+    let name = |id: u32| match text.as_ref().and_then(|t| t.codec.decode(&[id], false).ok()) {
+        Some(s) => format!("{id} {s:?}"),
+        None => id.to_string(),
+    };
+    let mut out = String::new();
+    for d in &report.differences {
+        out.push_str(&d.describe(&name));
+    }
+    let t = &report.topk;
+    out.push_str(&format!(
+        "top-k + lse figures (k = {}): mean lower bound {:.6}, mean upper bound {:.4}, mean \
+         mass outside the top-k {:.4}\n",
+        t.k, t.mean_lower, t.mean_upper, t.mean_rest_mass
+    ));
+    out.push_str(&report.receipt());
+    out.push('\n');
+    crate::cmd::print_out(&out);
 }
 
 fn versions(r: &Reference) -> String {
