@@ -61,7 +61,7 @@ def main():
     model = a.model or default_model()
     from llama_cpp import Llama, __version__ as lcpp_version
     llm = Llama(model_path=model, n_threads=a.threads, n_threads_batch=a.threads, n_ctx=a.pp + a.tg + 8,
-                n_batch=a.pp, logits_all=True, verbose=False)
+                n_batch=a.pp, verbose=False)
     vocab = llm.n_vocab()
     res = {"tensorfold": {"pp": [], "tg": []}, "llama.cpp": {"pp": [], "tg": []}}
     for r in range(a.rounds):
