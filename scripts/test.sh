@@ -16,5 +16,5 @@ cargo test --locked --workspace
 echo "== tool self-tests" >&2
 python3 tools/reference/compare_greedy.py --self-test
 echo "== OpenAI-client conformance against a real tensorfold serve on loopback" >&2
-TENSORFOLD_BIN="$root/target/debug/tensorfold" python3 tools/test_openai_conformance.py
+TENSORFOLD_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/tensorfold" python3 tools/test_openai_conformance.py
 echo "all tests passed" >&2
