@@ -240,6 +240,14 @@ fn all_ops(be: &CpuBackend, seed: u64) -> Vec<u32> {
         be.rope(RopeArgs { x: &mut t, heads, head_dim: hd, style, table: &table, batch: &batch })
             .unwrap();
         take(&t);
+        // head_dim 64 takes the vector path (40 the scalar one).
+        let (tv64, _) = rope_table(64, 64);
+        let table64 = load(be, &tv64);
+        let mut t = bf16_tensor(rows, 3 * 64, &xb[..rows * 3 * 64]);
+        let args =
+            RopeArgs { x: &mut t, heads: 3, head_dim: 64, style, table: &table64, batch: &batch };
+        be.rope(args).unwrap();
+        take(&t);
     }
     for f in ALL_FORMATS {
         let k = if matches!(f, TensorFormat::Ggml(t) if t.block_elems() == 256) { 256 } else { 64 };

@@ -85,6 +85,15 @@ impl Kernel for Ops<'_> {
                 out.extend(f.iter().map(|x| x.to_bits()));
                 s.store(f.as_mut_ptr(), s.to_float(s.mask_bits(c[0].to_bits(), 16)));
                 out.extend(f.iter().map(|x| x.to_bits()));
+                let idx = s.load_i8(b.as_ptr());
+                s.store(f.as_mut_ptr(), s.lut16(v, idx));
+                out.extend(f.iter().map(|x| x.to_bits()));
+                s.store(f.as_mut_ptr(), s.splat_f16(c[1].to_bits() as u16));
+                out.extend(f.iter().map(|x| x.to_bits()));
+                let (lo, hi) = s.splat_f16x2(c[2].to_bits());
+                s.store(f.as_mut_ptr(), s.sub(hi, lo));
+                out.extend(f.iter().map(|x| x.to_bits()));
+                s.prefetch(c.as_ptr().cast());
                 let h16: Vec<u16> = c.iter().map(|x| x.to_bits() as u16).collect();
                 s.store(f.as_mut_ptr(), s.load_f16(h16.as_ptr()));
                 out.extend(f.iter().map(|x| x.to_bits()));
@@ -98,6 +107,7 @@ impl Kernel for Ops<'_> {
 fn every_level_matches_the_scalar_bits_on_hard_inputs() {
     let xs = hard_values(&mut Rng::new(1));
     let want = Scalar.vectorize(Ops(&xs));
+    println!("levels: {:?}", SimdLevel::all_supported());
     for level in SimdLevel::all_supported() {
         let got = level.dispatch(Ops(&xs));
         assert_eq!(got.len(), want.len());

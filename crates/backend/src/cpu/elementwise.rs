@@ -7,7 +7,6 @@
 //! - rms_norm: sum of squares in 16 lanes (lane l takes elements ≡ l mod 16 of the group) and
 //!   the fixed tree, `r = 1/sqrt(sum/n + eps)`, `bf16(w * bf16(x * r))`;
 //! - rope: `bf16(bf16(x*cos) + bf16(rot(x)*sin))` with the bf16 table row of the position;
-//!   scalar code, since it is a small share of the work and needs pair shuffles;
 //! - embed: the token's row decoded exactly, rounded to bf16.
 //!
 //! Large ops are split over the pool by rows (or element ranges); the split changes nothing.
@@ -217,17 +216,99 @@ pub(crate) fn rope(
     let (src, dst) = (Src::of(x), Dst::of(x));
     let tab = table.view.bytes();
     be.for_ranges(rows, 8, rows * cols >= 1 << 14, &|range| {
-        for r in range {
-            let off = positions[r] as usize * head_dim * 2;
-            let trow = &tab[off..off + head_dim * 2];
-            for h in 0..heads {
-                // SAFETY: row r, head h lie within the checked (rows, cols) tensor, owned by
-                // this thread; src and dst alias but each pair is read before it is written.
-                unsafe { rope_head(src, dst, (r * cols + h * head_dim, head_dim), style, trow) };
+        ROPE.with(|cs| {
+            let mut cs = cs.borrow_mut();
+            cs.resize(2 * head_dim, 0.0);
+            for r in range {
+                let off = positions[r] as usize * head_dim * 2;
+                let trow = &tab[off..off + head_dim * 2];
+                expand_cos_sin(trow, style, &mut cs);
+                let (base, x) = (r * cols, (src, dst));
+                be.level.dispatch(RopeRow { x, base, heads, head_dim, style, trow, cs: &cs });
             }
-        }
+        })
     });
     Ok(())
+}
+
+thread_local! {
+    /// One position's cos/sin expanded to the lanes they multiply (reused across rows).
+    static ROPE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `cs[..hd]` = the cos multiplying each lane, `cs[hd..]` = the signed sin multiplying each
+/// lane's partner: a pair (i1, i2) gets `x1*cos - x2*sin` and `x2*cos + x1*sin`.
+fn expand_cos_sin(trow: &[u8], style: RopeStyle, cs: &mut [f32]) {
+    let hd = trow.len() / 2;
+    let half = hd / 2;
+    let tv = |j: usize| math::bf16_to_f32(u16::from_le_bytes([trow[2 * j], trow[2 * j + 1]]));
+    let (cos, sin) = cs.split_at_mut(hd);
+    for i in 0..half {
+        let (c, s) = (tv(i), tv(half + i));
+        let (i1, i2) = match style {
+            RopeStyle::Neox => (i, half + i),
+            RopeStyle::Interleaved => (2 * i, 2 * i + 1),
+        };
+        (cos[i1], cos[i2], sin[i1], sin[i2]) = (c, c, -s, s);
+    }
+}
+
+/// One row's heads: `bf16(bf16(x*cos) + bf16(partner*sin))` per lane, the partner of a lane
+/// being its pair neighbour (Interleaved: a lane swap) or the lane head_dim/2 away (Neox: a
+/// second load). `-x2*s` and `x2*(-s)` are the same product, so this is the formula of the
+/// module doc exactly. Head sizes the vectors do not tile take the scalar `rope_head`.
+struct RopeRow<'a> {
+    x: (Src, Dst),
+    base: usize,
+    heads: usize,
+    head_dim: usize,
+    style: RopeStyle,
+    trow: &'a [u8],
+    cs: &'a [f32],
+}
+
+impl Kernel for RopeRow<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: Simd>(self, s: S) {
+        let (hd, (src, dst)) = (self.head_dim, self.x);
+        let half = hd / 2;
+        let vector = hd <= 256
+            && match self.style {
+                RopeStyle::Neox => half % 16 == 0,
+                RopeStyle::Interleaved => hd % 16 == 0,
+            };
+        let (cos, sin) = self.cs.split_at(hd);
+        for h in 0..self.heads {
+            let b = self.base + h * hd;
+            if !vector {
+                // SAFETY: b..b+hd is row r's head h, checked and owned by the caller.
+                unsafe { rope_head(src, dst, (b, hd), self.style, self.trow) };
+                continue;
+            }
+            // All of a head is computed before any of it is stored: a Neox partner chunk
+            // must be read before it is overwritten.
+            let mut y = [s.zero(); 16];
+            for (c, yc) in y.iter_mut().enumerate().take(hd / 16) {
+                let i = 16 * c;
+                // SAFETY: chunks i and its partner lie inside the head; cos/sin hold hd.
+                unsafe {
+                    let x = src.load(s, b + i);
+                    let xp = match self.style {
+                        RopeStyle::Neox => src.load(s, b + (i + half) % hd),
+                        RopeStyle::Interleaved => s.swap_pairs(x),
+                    };
+                    let a = math::round_bf16_v(s, s.mul(x, s.load(cos.as_ptr().add(i))));
+                    let p = math::round_bf16_v(s, s.mul(xp, s.load(sin.as_ptr().add(i))));
+                    *yc = s.add(a, p);
+                }
+            }
+            for (c, yc) in y.iter().enumerate().take(hd / 16) {
+                // SAFETY: inside the head; this thread owns the row.
+                unsafe { dst.store(s, b + 16 * c, *yc) };
+            }
+        }
+    }
 }
 
 /// # Safety

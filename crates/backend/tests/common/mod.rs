@@ -2,6 +2,8 @@
 //! independent decoding of `tf_checkpoint::quant` (scalar ggml port) and float64 references.
 #![allow(dead_code)]
 
+pub mod bench;
+
 use tf_backend::cpu::{CpuBackend, CpuConfig, CpuTensor, CpuWeight, SimdLevel};
 use tf_backend::Backend;
 use tf_checkpoint::{DType, GgmlType, TensorFormat, TensorView};

@@ -206,6 +206,13 @@ impl Simd for Avx2 {
         }
     }
     #[inline(always)]
+    fn swap_pairs(self, v: F8x2) -> F8x2 {
+        // SAFETY: see the impl comment.
+        unsafe {
+            F8x2(_mm256_permute_ps::<0b10_11_00_01>(v.0), _mm256_permute_ps::<0b10_11_00_01>(v.1))
+        }
+    }
+    #[inline(always)]
     fn lut16(self, table: F8x2, idx: I8x2) -> F8x2 {
         // SAFETY: see the impl comment. Each 8-entry half is looked up with the low 3 bits,
         // then bit 3 (moved to the sign) picks the half.

@@ -162,6 +162,11 @@ impl Simd for Avx512 {
         unsafe { _mm512_maskz_mov_epi32(mask as u16, _mm512_set1_epi32(val)) }
     }
     #[inline(always)]
+    fn swap_pairs(self, v: __m512) -> __m512 {
+        // SAFETY: see the impl comment.
+        unsafe { _mm512_permute_ps::<0b10_11_00_01>(v) }
+    }
+    #[inline(always)]
     fn lut16(self, table: __m512, idx: __m512i) -> __m512 {
         // SAFETY: see the impl comment. vpermps reads the low 4 bits of each index.
         unsafe { _mm512_permutexvar_ps(idx, table) }

@@ -173,6 +173,8 @@ pub trait Simd: Copy + Send + Sync + 'static {
     fn shr(self, a: Self::I, n: u32) -> Self::I;
     /// Lane j = `val` if bit j of `mask` is set, else 0.
     fn mask_bits(self, mask: u32, val: i32) -> Self::I;
+    /// Lanes 2i and 2i+1 exchanged.
+    fn swap_pairs(self, v: Self::V) -> Self::V;
     /// Lane i = `table[idx[i] & 15]`.
     fn lut16(self, table: Self::V, idx: Self::I) -> Self::V;
     /// The binary16 value `bits` in every lane (exact).

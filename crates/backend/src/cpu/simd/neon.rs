@@ -175,6 +175,10 @@ impl Simd for Neon {
         })
     }
     #[inline(always)]
+    fn swap_pairs(self, v: F4x4) -> F4x4 {
+        each!(F4x4, |i| vrev64q_f32(v.0[i]))
+    }
+    #[inline(always)]
     fn lut16(self, table: F4x4, idx: I4x4) -> F4x4 {
         let mut t = [0f32; 16];
         let mut i = [0i32; 16];

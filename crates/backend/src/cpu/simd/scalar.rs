@@ -142,6 +142,14 @@ impl Simd for Scalar {
         o
     }
     #[inline(always)]
+    fn swap_pairs(self, v: Self::V) -> Self::V {
+        let mut o = v;
+        for i in 0..8 {
+            o.swap(2 * i, 2 * i + 1);
+        }
+        o
+    }
+    #[inline(always)]
     fn lut16(self, table: Self::V, idx: Self::I) -> Self::V {
         map(idx, |i| table[(i & 15) as usize])
     }
