@@ -19,6 +19,34 @@ impl KvGeometry {
     pub fn block_bytes(&self) -> usize {
         2 * self.layers * self.block_size * self.kv_heads * self.head_dim * 2
     }
+
+    /// Checks an attention call's geometry against the pool: `q` is `(rows, heads * head_dim)`
+    /// and the query heads group evenly over this pool's kv heads. Shared by every backend.
+    pub fn check_attention(
+        &self,
+        heads: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        (q_rows, q_cols): (usize, usize),
+        rows: usize,
+    ) -> Result<()> {
+        if kv_heads != self.kv_heads
+            || head_dim != self.head_dim
+            || kv_heads == 0
+            || !heads.is_multiple_of(kv_heads)
+            || q_cols != heads * head_dim
+            || q_rows != rows
+        {
+            return Err(BackendError::shape(
+                "attention",
+                format!(
+                    "q ({q_rows}, {q_cols}) as {heads} heads of {head_dim} over {kv_heads} kv heads; the pool has {} kv heads of {}",
+                    self.kv_heads, self.head_dim
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// One sequence of a step.

@@ -21,7 +21,7 @@ use super::kv::CpuKv;
 use super::simd::{math, Kernel, Simd};
 use super::tensor::{CpuBatch, CpuTensor};
 use super::CpuBackend;
-use crate::error::{BackendError, Result};
+use crate::error::Result;
 
 /// Query heads scored together (sharing each K load).
 const HEAD_TILE: usize = 4;
@@ -66,21 +66,7 @@ pub(crate) fn attention(
     kv.check_batch("attention", sh.layer, batch)?;
     let g = &kv.geom;
     let rows = batch.rows();
-    if sh.kv_heads != g.kv_heads
-        || sh.head_dim != g.head_dim
-        || sh.kv_heads == 0
-        || !sh.heads.is_multiple_of(sh.kv_heads)
-        || q.cols != sh.heads * sh.head_dim
-        || q.rows != rows
-    {
-        return Err(BackendError::shape(
-            "attention",
-            format!(
-                "q ({}, {}) as {} heads of {} over {} kv heads; the pool has {} kv heads of {}",
-                q.rows, q.cols, sh.heads, sh.head_dim, sh.kv_heads, g.kv_heads, g.head_dim
-            ),
-        ));
-    }
+    g.check_attention(sh.heads, sh.kv_heads, sh.head_dim, (q.rows, q.cols), rows)?;
     out.check_out("attention", rows, q.cols)?;
     // Split each KV head's group of query heads into tiles (sharing each K/V load), small
     // enough that there are about two items per thread when rows are few (decode).
