@@ -130,6 +130,31 @@ pub trait Backend: Send {
 
     /// Waits for every issued op.
     fn synchronize(&self) -> Result<()>;
+
+    /// The compiled kernels behind the ops, with their resource use against the device's
+    /// limits: gates 1 (compiles) and 4 (limits) of the kernel contract. A backend with no
+    /// separately compiled kernels (the CPU) reports none.
+    fn kernels(&self) -> Result<Vec<KernelInfo>> {
+        Ok(Vec::new())
+    }
+}
+
+/// One compiled kernel as the kernel contract sees it.
+#[derive(Clone, Debug)]
+pub struct KernelInfo {
+    /// Entry point name, e.g. `rms_norm_bf16`.
+    pub name: String,
+    /// Op family (the source file), e.g. `norm`.
+    pub family: String,
+    /// `Err(log)` when compilation or loading failed.
+    pub compiled: std::result::Result<(), String>,
+    pub registers: u32,
+    pub shared_bytes: u32,
+    /// Threads per block the backend launches it with, and the most the compiled kernel allows.
+    pub launch_threads: u32,
+    pub max_threads: u32,
+    /// `Err(why)` when registers, shared memory or launch bounds exceed the device's limits.
+    pub limits: std::result::Result<(), String>,
 }
 
 /// Arguments of [`Backend::rms_norm`].
