@@ -129,6 +129,11 @@ def main() -> int:
     ap.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa")
     ap.add_argument("--k", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--device",
+        default="cpu",
+        help="torch device of the forward (cpu, or cuda on the GPU machine: HF on the same card)",
+    )
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument(
         "--full-out",
@@ -143,7 +148,7 @@ def main() -> int:
     model_path = args.model or rc.default_model()
     t0 = time.perf_counter()
     tok = rc.load_tokenizer(model_path)
-    model = rc.load_model(model_path, args.dtype, args.attn)
+    model = rc.load_model(model_path, args.dtype, args.attn).to(args.device)
     t_load = time.perf_counter() - t0
     try:
         ids = read_history(args, tok)
@@ -160,8 +165,9 @@ def main() -> int:
 
     t1 = time.perf_counter()
     with torch.inference_mode():
-        logits, _ = rc.forward(model, torch.tensor([ids], dtype=torch.long), None, logits_to_keep=0)
-        logits = logits[0]
+        ids_t = torch.tensor([ids], dtype=torch.long, device=args.device)
+        logits, _ = rc.forward(model, ids_t, None, logits_to_keep=0)
+        logits = logits[0].cpu()
         positions = []
         try:
             for start in range(0, logits.shape[0], CHUNK):
@@ -179,6 +185,7 @@ def main() -> int:
         "model": model_path.name,
         "dtype": args.dtype,
         "attn": args.attn,
+        "device": args.device,
         "versions": rc.versions(),
         "k": args.k,
         "vocab_size": vocab,
