@@ -18,7 +18,9 @@
 //! logits are returned as f32 holding bf16-rounded values, as HF's `logits.float()` does.
 
 pub mod batch;
+pub mod contract;
 pub mod cpu;
+pub mod cuda;
 pub mod error;
 pub mod f64ref;
 

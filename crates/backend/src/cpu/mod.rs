@@ -14,6 +14,8 @@
 mod act;
 mod attention;
 mod elementwise;
+#[cfg(feature = "fault-row-dependent")]
+mod fault;
 mod kv;
 pub(crate) mod linear;
 mod pool;
@@ -34,6 +36,13 @@ use crate::batch::{BatchMeta, KvGeometry};
 use crate::error::{BackendError, Result};
 use crate::{ActDType, AttnArgs, Backend, NormArgs, RopeArgs};
 use act::{Dst, Src};
+// The `linear` op's driver, chosen at this module boundary: the real one, or in the
+// `fault-row-dependent` build (never a default) a split-K one whose schedule depends on the
+// row count, which the exactness checkers must catch (`fault.rs`).
+#[cfg(feature = "fault-row-dependent")]
+use fault::linear as linear_op;
+#[cfg(not(feature = "fault-row-dependent"))]
+use linear::linear as linear_op;
 use tf_checkpoint::TensorView;
 
 /// Construction options; `Default` picks everything automatically.
@@ -167,7 +176,7 @@ impl Backend for CpuBackend {
         bias: Option<&CpuWeight>,
         out: &mut CpuTensor,
     ) -> Result<()> {
-        linear::linear(self, x, w, bias, out)
+        linear_op(self, x, w, bias, out)
     }
 
     fn rope(&self, a: RopeArgs<'_, Self>) -> Result<()> {

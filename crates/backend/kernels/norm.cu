@@ -1,0 +1,33 @@
+// rms_norm over groups of `group` columns: bf16(w * bf16(x * rsqrt(mean(x^2) + eps))).
+// grid: rows * (cols / group), one block per group; block: a power of two chosen from `group`
+// alone (never from the row count). Thread t sums x^2 of elements t, t+T, ... by fma in
+// increasing order; lanes combine by the xor butterfly, warps in increasing order. So a row's
+// bits depend on its values and `group` only. r = 1 / sqrt(mean + eps), IEEE div and sqrt.
+extern "C" __global__ void __launch_bounds__(1024) rms_norm(
+    const void* x, int x_f32, const float* __restrict__ w, void* out, int out_f32, u32 group,
+    float eps) {
+    __shared__ float warp_part[32];
+    __shared__ float total;
+    const u64 base = (u64)blockIdx.x * group;
+    float acc = 0.0f;
+    for (u32 i = threadIdx.x; i < group; i += blockDim.x) {
+        float v = ld_act(x, base + i, x_f32);
+        acc = fmaf(v, v, acc);
+    }
+    acc = warp_sum(acc);
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    if (lane == 0) warp_part[warp] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = warp_part[0];
+        for (u32 i = 1; i < warps; i++) s += warp_part[i];
+        total = s;
+    }
+    __syncthreads();
+    const float mean = total / (float)group;
+    const float r = 1.0f / sqrtf(mean + eps);
+    for (u32 i = threadIdx.x; i < group; i += blockDim.x) {
+        float h = rbf(ld_act(x, base + i, x_f32) * r);
+        st_act(out, base + i, out_f32, w[i] * h);
+    }
+}

@@ -1,0 +1,158 @@
+//! Kernel sources and their compilation by NVRTC, cached on disk.
+//!
+//! Each op family is one CUDA C++ file under `crates/backend/kernels/`, embedded in the
+//! binary; `common.cuh` (bf16 bit helpers, fixed-order warp reductions) is prepended to each,
+//! so no source needs an include path at run time. A family compiles to a CUBIN for one real
+//! architecture (`sm_90a` on Hopper), cached as `<cache>/<family>-<arch>-<hash>.cubin` where
+//! the hash covers the source, the architecture, the options and NVRTC's version: a changed
+//! kernel or compiler never loads a stale image. A cache that cannot be written is skipped.
+//!
+//! Rejected: PTX JIT by the driver at load (slower start, and resource use would not be known
+//! until load); one source file for every op (one family per file keeps NVRTC errors local).
+
+use std::ffi::{c_char, CString};
+use std::path::{Path, PathBuf};
+
+use cudarc::nvrtc::{result as nvrtc, sys};
+
+/// The prelude every family is compiled with.
+pub const COMMON: &str = include_str!("../../kernels/common.cuh");
+
+/// One op family: its name (the file stem) and source.
+#[derive(Clone, Copy, Debug)]
+pub struct Family {
+    pub name: &'static str,
+    pub source: &'static str,
+}
+
+/// Every kernel family, in the order the backend loads them.
+pub const FAMILIES: &[Family] = &[
+    Family { name: "embed", source: include_str!("../../kernels/embed.cu") },
+    Family { name: "norm", source: include_str!("../../kernels/norm.cu") },
+    Family { name: "rope", source: include_str!("../../kernels/rope.cu") },
+    Family { name: "elementwise", source: include_str!("../../kernels/elementwise.cu") },
+    Family { name: "kv", source: include_str!("../../kernels/kv.cu") },
+    Family { name: "attention", source: include_str!("../../kernels/attention.cu") },
+    Family { name: "linear", source: include_str!("../../kernels/linear.cu") },
+];
+
+impl Family {
+    /// The full translation unit: the prelude, then the family's file.
+    pub fn unit(&self) -> String {
+        format!("{COMMON}\n#line 1 \"{}.cu\"\n{}", self.name, self.source)
+    }
+}
+
+/// NVRTC options for `arch` (e.g. `sm_90a`).
+pub fn options(arch: &str) -> Vec<String> {
+    vec![format!("--gpu-architecture={arch}"), "--std=c++17".into(), "-lineinfo".into()]
+}
+
+/// The architecture name NVRTC compiles for on a device of compute capability `cc`:
+/// `sm_90a` on Hopper (its arch-specific instructions), `sm_XY` elsewhere.
+pub fn arch_for(cc: (i32, i32)) -> String {
+    match cc {
+        (9, 0) => "sm_90a".into(),
+        (maj, min) => format!("sm_{maj}{min}"),
+    }
+}
+
+/// NVRTC's (major, minor) version.
+pub fn nvrtc_version() -> Result<(i32, i32), String> {
+    let (mut maj, mut min) = (0, 0);
+    // SAFETY: two out-pointers to live integers; the library was opened by `loader::nvrtc`.
+    unsafe { sys::nvrtcVersion(&mut maj, &mut min) }
+        .result()
+        .map_err(|e| format!("nvrtcVersion: {e}"))?;
+    Ok((maj, min))
+}
+
+/// Compiles `family` for `arch` to a CUBIN. `Err` holds NVRTC's log.
+/// NVRTC must have been opened (`loader::nvrtc`).
+pub fn compile(family: &Family, arch: &str) -> Result<Vec<u8>, String> {
+    let src =
+        CString::new(family.unit()).map_err(|_| format!("{}.cu holds a NUL byte", family.name))?;
+    let name = CString::new(format!("{}.cu", family.name)).map_err(|e| e.to_string())?;
+    let prog = nvrtc::create_program(&src, Some(&name))
+        .map_err(|e| format!("{}.cu: nvrtcCreateProgram: {e}", family.name))?;
+    // SAFETY: `prog` was just created from `src`/`name`, which outlive it; it is destroyed
+    // once below and not used after.
+    unsafe {
+        let out = match nvrtc::compile_program(prog, &options(arch)) {
+            Ok(()) => cubin(prog).map_err(|e| format!("{}.cu: nvrtcGetCUBIN: {e}", family.name)),
+            Err(e) => Err(format!("{}.cu for {arch}: {e}\n{}", family.name, log(prog))),
+        };
+        let _ = nvrtc::destroy_program(prog);
+        out
+    }
+}
+
+/// # Safety
+/// `prog` is a live, compiled program.
+unsafe fn cubin(prog: sys::nvrtcProgram) -> Result<Vec<u8>, nvrtc::NvrtcError> {
+    let mut size = 0usize;
+    // SAFETY: forwarded from the caller; `size` is a live out-pointer.
+    unsafe { sys::nvrtcGetCUBINSize(prog, &mut size) }.result()?;
+    let mut buf = vec![0u8; size];
+    // SAFETY: `buf` holds the `size` bytes NVRTC reported.
+    unsafe { sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr().cast::<c_char>()) }.result()?;
+    Ok(buf)
+}
+
+/// # Safety
+/// `prog` is a live program.
+unsafe fn log(prog: sys::nvrtcProgram) -> String {
+    // SAFETY: forwarded from the caller.
+    match unsafe { nvrtc::get_program_log(prog) } {
+        Ok(chars) => {
+            let bytes: Vec<u8> = chars.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
+        Err(e) => format!("(no log: {e})"),
+    }
+}
+
+/// FNV-1a, 64 bits: a stable cache key (std's hasher is not stable across Rust releases).
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for &b in p.iter().chain([0xffu8].iter()) {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// The cache file of `family` compiled for `arch` by NVRTC `version`.
+pub fn cache_path(dir: &Path, family: &Family, arch: &str, version: (i32, i32)) -> PathBuf {
+    let unit = family.unit();
+    let opts = options(arch).join(" ");
+    let ver = format!("{}.{}", version.0, version.1);
+    let h = fnv1a(&[unit.as_bytes(), arch.as_bytes(), opts.as_bytes(), ver.as_bytes()]);
+    dir.join(format!("{}-{arch}-{h:016x}.cubin", family.name))
+}
+
+/// The CUBIN of `family` for `arch`, from the cache when present, else compiled (and cached).
+pub fn cubin_cached(dir: Option<&Path>, family: &Family, arch: &str) -> Result<Vec<u8>, String> {
+    let version = nvrtc_version()?;
+    let path = dir.map(|d| cache_path(d, family, arch, version));
+    if let Some(bytes) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
+        if !bytes.is_empty() {
+            return Ok(bytes);
+        }
+    }
+    let bytes = compile(family, arch)?;
+    if let Some(p) = path {
+        // Write to a temporary name, then rename: a concurrent reader never sees half a file.
+        let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+        let ok = p.parent().is_some_and(|d| std::fs::create_dir_all(d).is_ok())
+            && std::fs::write(&tmp, &bytes).is_ok();
+        if ok {
+            let _ = std::fs::rename(&tmp, &p);
+        } else {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+    Ok(bytes)
+}

@@ -1,0 +1,206 @@
+//! The kernel registry: every entry point, its family (source file) and launch shape; each
+//! family's module compiled and loaded on first use, and the contract's view of them
+//! (`Backend::kernels`: compile result, registers, shared memory, limits).
+//!
+//! Launch threads are fixed per entry point (the linear kernel's is the most it is launched
+//! with: 32 per K slice, at most 16 slices), never derived from a call's row count.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
+use cudarc::nvrtc::Ptx;
+
+use super::compile::{self, Family, FAMILIES};
+use crate::error::{BackendError, Result};
+use crate::KernelInfo;
+
+/// One entry point.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Entry {
+    pub name: &'static str,
+    pub family: &'static str,
+    /// Threads per block it is launched with (the most, where a launch varies by shape).
+    pub threads: u32,
+    /// Dynamic shared memory of its largest launch.
+    pub dyn_smem: u32,
+}
+
+const fn e(name: &'static str, family: &'static str, threads: u32) -> Entry {
+    Entry { name, family, threads, dyn_smem: 0 }
+}
+
+/// Largest K split of `linear_bf16` (warps per block) and its token tiles per block.
+pub(crate) const LINEAR_MAX_SLICES: u32 = 16;
+/// Token tiles (of 8) per block of `linear_bf16` and `linear_bf16_wide`.
+pub(crate) const LINEAR_NT: u32 = 4;
+pub(crate) const LINEAR_WIDE_NT: u32 = 8;
+/// Shared memory the CUDA runtime grants without an opt-in.
+const DEFAULT_SMEM: u32 = 48 * 1024;
+
+pub(crate) const ENTRIES: &[Entry] = &[
+    e("embed", "embed", 256),
+    e("rms_norm", "norm", 1024),
+    e("rope", "rope", 256),
+    e("swiglu", "elementwise", 256),
+    e("add", "elementwise", 256),
+    e("kv_store", "kv", 256),
+    e("attention_hd64", "attention", 128),
+    e("attention_hd96", "attention", 128),
+    e("attention_hd128", "attention", 128),
+    e("attention_hd256", "attention", 128),
+    e("attention_combine", "attention", 128),
+    Entry {
+        name: "linear_bf16",
+        family: "linear",
+        threads: 32 * LINEAR_MAX_SLICES,
+        dyn_smem: LINEAR_MAX_SLICES * LINEAR_NT * 32 * 4 * 4,
+    },
+    Entry {
+        name: "linear_bf16_wide",
+        family: "linear",
+        threads: 32 * LINEAR_MAX_SLICES,
+        dyn_smem: LINEAR_MAX_SLICES * LINEAR_WIDE_NT * 32 * 4 * 4,
+    },
+];
+
+/// Compiled modules of one device, loaded on first use.
+pub(crate) struct Registry {
+    ctx: Arc<CudaContext>,
+    arch: String,
+    cache: Option<PathBuf>,
+    modules: Vec<OnceLock<std::result::Result<Arc<CudaModule>, String>>>,
+    functions: Vec<OnceLock<std::result::Result<CudaFunction, String>>>,
+}
+
+impl Registry {
+    pub(crate) fn new(ctx: Arc<CudaContext>, arch: String, cache: Option<PathBuf>) -> Registry {
+        Registry {
+            ctx,
+            arch,
+            cache,
+            modules: FAMILIES.iter().map(|_| OnceLock::new()).collect(),
+            functions: ENTRIES.iter().map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    fn module(&self, family: &str) -> std::result::Result<Arc<CudaModule>, String> {
+        let i = FAMILIES
+            .iter()
+            .position(|f| f.name == family)
+            .ok_or_else(|| format!("no kernel family `{family}`"))?;
+        self.modules[i].get_or_init(|| self.load(&FAMILIES[i])).clone()
+    }
+
+    fn load(&self, fam: &Family) -> std::result::Result<Arc<CudaModule>, String> {
+        let cubin = compile::cubin_cached(self.cache.as_deref(), fam, &self.arch)?;
+        self.ctx
+            .load_module(Ptx::from_binary(cubin))
+            .map_err(|e| format!("{}.cu: loading the {} CUBIN: {e}", fam.name, self.arch))
+    }
+
+    fn function_at(&self, i: usize) -> std::result::Result<CudaFunction, String> {
+        let en = &ENTRIES[i];
+        self.functions[i]
+            .get_or_init(|| {
+                let m = self.module(en.family)?;
+                let f = m
+                    .load_function(en.name)
+                    .map_err(|e| format!("{}.cu: entry point {}: {e}", en.family, en.name))?;
+                if en.dyn_smem > DEFAULT_SMEM {
+                    let a = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+                    f.set_attribute(a, en.dyn_smem as i32).map_err(|e| {
+                        format!("{}: {} bytes of dynamic shared memory: {e}", en.name, en.dyn_smem)
+                    })?;
+                }
+                Ok(f)
+            })
+            .clone()
+    }
+
+    /// The function of entry point `name` (compiling its family on first use).
+    pub(crate) fn get(&self, name: &str) -> Result<CudaFunction> {
+        let i = ENTRIES
+            .iter()
+            .position(|e| e.name == name)
+            .ok_or_else(|| BackendError::Device(format!("no CUDA kernel `{name}`")))?;
+        self.function_at(i).map_err(BackendError::Device)
+    }
+
+    /// Every entry point for the kernel contract (compiles every family).
+    pub(crate) fn infos(&self) -> Vec<KernelInfo> {
+        let dev = |a| self.ctx.attribute(a).unwrap_or(0).max(0) as u32;
+        let max_smem =
+            dev(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+        let max_regs = dev(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
+        let max_block = dev(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+        ENTRIES
+            .iter()
+            .enumerate()
+            .map(|(i, en)| {
+                let mut info = KernelInfo {
+                    name: en.name.to_string(),
+                    family: en.family.to_string(),
+                    compiled: Ok(()),
+                    registers: 0,
+                    shared_bytes: 0,
+                    launch_threads: en.threads,
+                    max_threads: 0,
+                    limits: Ok(()),
+                };
+                match self.function_at(i) {
+                    Err(log) => {
+                        info.compiled = Err(log);
+                        info.limits = Err("not compiled".into());
+                    }
+                    Ok(f) => {
+                        let at = |a| f.get_attribute(a).unwrap_or(-1);
+                        let regs = at(CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS);
+                        let smem = at(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES);
+                        let maxt =
+                            at(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+                        let local = at(CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES);
+                        info.registers = regs.max(0) as u32;
+                        info.shared_bytes = smem.max(0) as u32 + en.dyn_smem;
+                        info.max_threads = maxt.max(0) as u32;
+                        info.limits = limits(&info, (max_smem, max_regs, max_block), local);
+                    }
+                }
+                info
+            })
+            .collect()
+    }
+}
+
+/// Gate 4: the launch fits the compiled kernel and the device.
+fn limits(k: &KernelInfo, dev: (u32, u32, u32), local: i32) -> std::result::Result<(), String> {
+    let (max_smem, max_regs, max_block) = dev;
+    let mut why = Vec::new();
+    if k.launch_threads > k.max_threads || k.launch_threads > max_block {
+        why.push(format!(
+            "launched with {} threads, the kernel allows {} and the device {max_block}",
+            k.launch_threads, k.max_threads
+        ));
+    }
+    if k.shared_bytes > max_smem {
+        why.push(format!(
+            "{} bytes of shared memory, the device allows {max_smem}",
+            k.shared_bytes
+        ));
+    }
+    if k.registers * k.launch_threads > max_regs {
+        why.push(format!(
+            "{} registers x {} threads exceeds the device's {max_regs} per block",
+            k.registers, k.launch_threads
+        ));
+    }
+    if local < 0 {
+        why.push("function attributes could not be read".into());
+    }
+    if why.is_empty() {
+        Ok(())
+    } else {
+        Err(why.join("; "))
+    }
+}

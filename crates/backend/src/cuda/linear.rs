@@ -1,0 +1,196 @@
+//! `linear` and `logits` on the tensor cores (`kernels/linear.cu`).
+//!
+//! Every output element is a chain of mma.sync m16n8k16 steps (bf16 products, f32
+//! accumulation) over fixed K slices, the slices' partials added in order, then the bias,
+//! then one rounding. The slices come from [`k_split`], a function of the weight shape
+//! `(N, K)` alone: the same arithmetic for 1 row or 2,048 (DESIGN.md §4). The row count only
+//! sets how many 32-token column blocks the grid has.
+//!
+//! Rejected: cuBLAS (its kernel choice, and so its summation order, depends on the row
+//! count); atomics for the K split (their order depends on timing).
+
+use cudarc::driver::LaunchConfig;
+
+use super::kernels::{LINEAR_MAX_SLICES, LINEAR_NT};
+use super::tensor::{dptr, CudaBatch, CudaTensor, CudaWeight};
+use super::CudaBackend;
+use crate::error::{BackendError, Result};
+use crate::ActDType;
+
+/// Warps wanted in flight per product on a large GPU: enough to stream weights at full
+/// bandwidth on a decode row (132 SMs x 16 warps on an H100/H200).
+const TARGET_WARPS: usize = 2048;
+/// Shortest K slice worth a warp (8 super-steps of 32).
+const MIN_SLICE: usize = 256;
+
+/// The K split of a weight `(n, k)`: `(slices, slice_len)`. Slices are a power of two, at
+/// most 16, enough that `ceil(n/16) * slices` warps fill the GPU, but none shorter than
+/// `MIN_SLICE`; `slice_len` is a multiple of 32. Keyed by the shape only, never the rows.
+pub fn k_split(n: usize, k: usize) -> (u32, u32) {
+    let tiles = n.div_ceil(16).max(1);
+    let want = TARGET_WARPS.div_ceil(tiles).next_power_of_two();
+    let cap = prev_power_of_two((k / MIN_SLICE).max(1));
+    let slices = want.min(cap).min(LINEAR_MAX_SLICES as usize).max(1);
+    let slice_len = k.div_ceil(slices).div_ceil(32) * 32;
+    (slices as u32, slice_len as u32)
+}
+
+fn prev_power_of_two(x: usize) -> usize {
+    1 << (usize::BITS - 1 - x.max(1).leading_zeros())
+}
+
+/// Output rounding of the kernel (its `out_mode`).
+#[derive(Clone, Copy, Debug)]
+enum OutMode {
+    Bf16 = 0,
+    F32 = 1,
+    F32RoundBf16 = 2,
+}
+
+/// One product to launch.
+struct Product<'a> {
+    op: &'static str,
+    x: &'a CudaTensor,
+    /// Device u32 array mapping output row i to an input row (logits), or 0 for identity.
+    row_idx: u64,
+    rows: usize,
+    w: &'a CudaWeight,
+    bias: Option<&'a CudaWeight>,
+    mode: OutMode,
+}
+
+pub(crate) fn linear(
+    be: &CudaBackend,
+    x: &CudaTensor,
+    w: &CudaWeight,
+    bias: Option<&CudaWeight>,
+    out: &mut CudaTensor,
+) -> Result<()> {
+    let mode = match out.dtype {
+        ActDType::Bf16 => OutMode::Bf16,
+        ActDType::F32 => OutMode::F32,
+    };
+    let rows = x.rows;
+    run(be, Product { op: "linear", x, row_idx: 0, rows, w, bias, mode }, out)
+}
+
+pub(crate) fn logits(
+    be: &CudaBackend,
+    x: &CudaTensor,
+    w: &CudaWeight,
+    batch: &CudaBatch,
+    out: &mut CudaTensor,
+) -> Result<()> {
+    if x.rows != batch.rows() {
+        return Err(BackendError::shape(
+            "logits",
+            format!("{} rows but the batch has {}", x.rows, batch.rows()),
+        ));
+    }
+    if out.dtype != ActDType::F32 {
+        return Err(BackendError::shape("logits", "the output tensor must be f32"));
+    }
+    let rows = batch.meta.logit_rows.len();
+    let row_idx = batch.ptr(&be.stream, batch.at.logit_rows);
+    let p = Product { op: "logits", x, row_idx, rows, w, bias: None, mode: OutMode::F32RoundBf16 };
+    run(be, p, out)
+}
+
+fn run(be: &CudaBackend, p: Product<'_>, out: &mut CudaTensor) -> Result<()> {
+    let (w, x, op) = (p.w, p.x, p.op);
+    w.check_matrix(op)?;
+    let (n, k) = (w.n, w.k);
+    if x.cols != k {
+        return Err(BackendError::shape(
+            op,
+            format!("input has {} columns, weight `{}` is [{n}, {k}]", x.cols, w.name),
+        ));
+    }
+    if x.dtype != ActDType::Bf16 {
+        return Err(BackendError::shape(
+            op,
+            "f32 inputs are not implemented on the CUDA backend (bf16 only)",
+        ));
+    }
+    if !k.is_multiple_of(8) || n > u32::MAX as usize || k > u32::MAX as usize {
+        return Err(BackendError::shape(
+            op,
+            format!("weight `{}` is [{n}, {k}]: the CUDA kernel needs K a multiple of 8", w.name),
+        ));
+    }
+    out.check_out(op, p.rows, n)?;
+    if let Some(b) = p.bias {
+        b.check_vector(op, n)?;
+    }
+    if p.rows > 0 {
+        let (slices, slice_len) = k_split(n, k);
+        // linear_bf16_wide (8 token tiles per block) gives the same bits but measured slower
+        // at 2,048 rows on an H200 (53-56 vs 72-81 TFLOP/s), so every call takes linear_bf16
+        // until a shared-memory prefill kernel replaces both (issue 6).
+        let (entry, nt) = ("linear_bf16", LINEAR_NT);
+        let cols = 8 * nt as usize;
+        let grid_y = p.rows.div_ceil(cols);
+        if grid_y > 65535 {
+            return Err(BackendError::shape(
+                op,
+                format!("{} rows exceed the kernel's grid", p.rows),
+            ));
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (n.div_ceil(16) as u32, grid_y as u32, 1),
+            block_dim: (32 * slices, 1, 1),
+            shared_mem_bytes: slices * nt * 32 * 4 * 4,
+        };
+        let s = &be.stream;
+        let (wp, xp, op_) = (dptr(&w.buf, s), dptr(&x.buf, s), dptr(&out.buf, s));
+        let bp = p.bias.map_or(0u64, |b| dptr(&b.buf, s));
+        let (mode, n32, k32, r32) = (p.mode as i32, n as u32, k as u32, p.rows as u32);
+        let row_idx = p.row_idx;
+        be.launch(
+            entry,
+            cfg,
+            &[
+                wp.into(),
+                xp.into(),
+                row_idx.into(),
+                bp.into(),
+                op_.into(),
+                mode.into(),
+                n32.into(),
+                k32.into(),
+                r32.into(),
+                slice_len.into(),
+            ],
+        )?;
+    }
+    out.rows = p.rows;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn k_split_depends_on_the_shape_and_covers_k() {
+        for (n, k) in [
+            (576, 576),
+            (1536, 576),
+            (49152, 576),
+            (4096, 4096),
+            (1024, 4096),
+            (14336, 4096),
+            (4096, 14336),
+            (8, 8),
+            (16, 40),
+        ] {
+            let (s, len) = k_split(n, k);
+            assert!(s.is_power_of_two() && s <= LINEAR_MAX_SLICES, "{n}x{k}: {s}");
+            assert_eq!(len % 32, 0);
+            assert!((s * len) as usize >= k, "{n}x{k}: {s} x {len}");
+        }
+        assert_eq!(k_split(4096, 4096), (8, 512));
+        assert_eq!(k_split(1024, 4096), (16, 256));
+        assert_eq!(k_split(576, 576), (2, 288));
+    }
+}

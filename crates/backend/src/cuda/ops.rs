@@ -1,0 +1,242 @@
+//! Row-local ops on the GPU: weight upload, embed, rms_norm, rope, swiglu, add, read_f32.
+//!
+//! Shapes are checked here, once, before any launch (kernels trust their arguments). Launch
+//! shapes come from the tensor widths only; rows map to blocks (or a flat grid-stride range),
+//! so no row's arithmetic depends on how many rows the call has. Rounding points are the CPU
+//! backend's (see `kernels/*.cu`): rope, add and embed give its bits exactly; rms_norm and
+//! swiglu sum or exponentiate in another order / with another `exp`, within a bf16 step.
+
+use cudarc::driver::LaunchConfig;
+use tf_checkpoint::spec::RopeStyle;
+use tf_checkpoint::TensorView;
+
+use super::tensor::{dptr, plan_weight, CudaBatch, CudaTensor, CudaWeight, WeightKind};
+use super::{drv, CudaBackend};
+use crate::error::{BackendError, Result};
+use crate::{ActDType, NormArgs, RopeArgs};
+
+fn cfg(grid: (u32, u32, u32), threads: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: grid, block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
+}
+
+fn to_u32(op: &'static str, what: &str, v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| BackendError::shape(op, format!("{what} {v} exceeds u32")))
+}
+
+pub(crate) fn load_weight(be: &CudaBackend, view: &TensorView) -> Result<CudaWeight> {
+    let (kind, vector) = plan_weight(view)?;
+    let (n, k) = view.rows_cols();
+    let what = format!("weight `{}`", view.name);
+    let buf = match vector {
+        Some(vals) => {
+            let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let mut buf = be.raw::<u8>(bytes.len(), &what)?;
+            be.stream.memcpy_htod(&bytes, &mut buf).map_err(drv(&what))?;
+            buf
+        }
+        None => {
+            // Straight from the mapped file: no host copy of the matrix.
+            let bytes = view.bytes();
+            let mut buf = be.raw::<u8>(bytes.len(), &what)?;
+            be.stream.memcpy_htod(bytes, &mut buf).map_err(drv(&what))?;
+            buf
+        }
+    };
+    let (n, k) = if kind == WeightKind::F32Vector { (1, n * k) } else { (n, k) };
+    Ok(CudaWeight { name: view.name.clone(), kind, buf, n, k })
+}
+
+pub(crate) fn embed(
+    be: &CudaBackend,
+    table: &CudaWeight,
+    batch: &CudaBatch,
+    out: &mut CudaTensor,
+) -> Result<()> {
+    table.check_matrix("embed")?;
+    let (vocab, k) = (table.n, table.k);
+    let tokens = &batch.meta.tokens;
+    out.check_out("embed", tokens.len(), k)?;
+    if let Some(&t) = tokens.iter().find(|&&t| t as usize >= vocab) {
+        return Err(BackendError::shape(
+            "embed",
+            format!("token {t} of a {vocab}-row table `{}`", table.name),
+        ));
+    }
+    let rows = tokens.len();
+    if rows > 0 {
+        let s = &be.stream;
+        let (tp, tok, op, of) =
+            (dptr(&table.buf, s), batch.ptr(s, batch.at.tokens), dptr(&out.buf, s), out.is_f32());
+        let k32 = to_u32("embed", "width", k)?;
+        be.launch(
+            "embed",
+            cfg((rows as u32, 1, 1), 256),
+            &[tp.into(), tok.into(), op.into(), of.into(), k32.into()],
+        )?;
+    }
+    out.rows = rows;
+    Ok(())
+}
+
+/// Threads per block for a group of `group` columns: a power of two from the group alone.
+pub(crate) fn norm_threads(group: usize) -> u32 {
+    (group / 4).next_power_of_two().clamp(32, 1024) as u32
+}
+
+pub(crate) fn rms_norm(be: &CudaBackend, a: NormArgs<'_, CudaBackend>) -> Result<()> {
+    let (rows, cols, group) = (a.x.rows, a.x.cols, a.group);
+    if group == 0 || cols % group != 0 {
+        return Err(BackendError::shape(
+            "rms_norm",
+            format!("group {group} does not divide {cols} columns"),
+        ));
+    }
+    a.weight.check_vector("rms_norm", group)?;
+    a.out.check_out("rms_norm", rows, cols)?;
+    let blocks = rows * (cols / group);
+    if blocks > 0 {
+        let s = &be.stream;
+        let (xp, xf, wp, op, of) = (
+            dptr(&a.x.buf, s),
+            a.x.is_f32(),
+            dptr(&a.weight.buf, s),
+            dptr(&a.out.buf, s),
+            a.out.is_f32(),
+        );
+        let (g32, eps) = (to_u32("rms_norm", "group", group)?, a.eps);
+        let grid = (to_u32("rms_norm", "groups", blocks)?, 1, 1);
+        be.launch(
+            "rms_norm",
+            cfg(grid, norm_threads(group)),
+            &[xp.into(), xf.into(), wp.into(), op.into(), of.into(), g32.into(), eps.into()],
+        )?;
+    }
+    a.out.rows = rows;
+    Ok(())
+}
+
+pub(crate) fn rope(be: &CudaBackend, a: RopeArgs<'_, CudaBackend>) -> Result<()> {
+    let (rows, cols, hd) = (a.x.rows, a.x.cols, a.head_dim);
+    if rows != a.batch.rows() {
+        return Err(BackendError::shape(
+            "rope",
+            format!("{rows} rows but the batch has {}", a.batch.rows()),
+        ));
+    }
+    if hd == 0 || !hd.is_multiple_of(2) || a.heads * hd != cols {
+        return Err(BackendError::shape(
+            "rope",
+            format!("({rows}, {cols}) as {} heads of {hd}", a.heads),
+        ));
+    }
+    if a.table.kind != WeightKind::Bf16Matrix || a.table.k != hd {
+        return Err(BackendError::shape(
+            "rope",
+            format!("table `{}` must be bf16 [positions, {hd}]", a.table.name),
+        ));
+    }
+    if let Some(&p) = a.batch.meta.positions.iter().find(|&&p| p as usize >= a.table.n) {
+        return Err(BackendError::shape(
+            "rope",
+            format!("position {p} beyond the table's {}", a.table.n),
+        ));
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    let s = &be.stream;
+    let (xp, xf, tp, pp) = (
+        dptr(&a.x.buf, s),
+        a.x.is_f32(),
+        dptr(&a.table.buf, s),
+        a.batch.ptr(s, a.batch.at.positions),
+    );
+    let (heads, hd32) = (to_u32("rope", "heads", a.heads)?, to_u32("rope", "head_dim", hd)?);
+    let inter = (a.style == RopeStyle::Interleaved) as i32;
+    be.launch(
+        "rope",
+        cfg((rows as u32, 1, 1), 256),
+        &[xp.into(), xf.into(), tp.into(), pp.into(), heads.into(), hd32.into(), inter.into()],
+    )
+}
+
+/// Blocks of 256 threads for a flat range of `n` elements (grid-stride beyond).
+fn flat_grid(n: usize) -> (u32, u32, u32) {
+    (n.div_ceil(256).clamp(1, 1 << 16) as u32, 1, 1)
+}
+
+fn check_same(op: &'static str, a: &CudaTensor, b: &CudaTensor) -> Result<()> {
+    if a.rows != b.rows || a.cols != b.cols {
+        return Err(BackendError::shape(
+            op,
+            format!("operands are ({}, {}) and ({}, {})", a.rows, a.cols, b.rows, b.cols),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn swiglu(
+    be: &CudaBackend,
+    g: &CudaTensor,
+    u: &CudaTensor,
+    out: &mut CudaTensor,
+) -> Result<()> {
+    check_same("swiglu", g, u)?;
+    out.check_out("swiglu", g.rows, g.cols)?;
+    let n = (g.rows * g.cols) as u64;
+    if n > 0 {
+        let s = &be.stream;
+        let (gp, gf, up, uf, op, of) = (
+            dptr(&g.buf, s),
+            g.is_f32(),
+            dptr(&u.buf, s),
+            u.is_f32(),
+            dptr(&out.buf, s),
+            out.is_f32(),
+        );
+        be.launch(
+            "swiglu",
+            cfg(flat_grid(n as usize), 256),
+            &[gp.into(), gf.into(), up.into(), uf.into(), op.into(), of.into(), n.into()],
+        )?;
+    }
+    out.rows = g.rows;
+    Ok(())
+}
+
+pub(crate) fn add(be: &CudaBackend, acc: &mut CudaTensor, x: &CudaTensor) -> Result<()> {
+    check_same("add", acc, x)?;
+    let n = (acc.rows * acc.cols) as u64;
+    if n > 0 {
+        let s = &be.stream;
+        let (ap, af, xp, xf) = (dptr(&acc.buf, s), acc.is_f32(), dptr(&x.buf, s), x.is_f32());
+        be.launch(
+            "add",
+            cfg(flat_grid(n as usize), 256),
+            &[ap.into(), af.into(), xp.into(), xf.into(), n.into()],
+        )?;
+    }
+    Ok(())
+}
+
+pub(crate) fn read_f32(be: &CudaBackend, t: &CudaTensor, rows: usize) -> Result<Vec<f32>> {
+    if rows > t.rows {
+        return Err(BackendError::shape("read_f32", format!("{rows} rows of {} valid", t.rows)));
+    }
+    let n = rows * t.cols;
+    let mut host = vec![0u8; n * t.elem_bytes()];
+    if n > 0 {
+        let view = t.buf.slice(0..host.len());
+        be.stream.memcpy_dtoh(&view, &mut host).map_err(drv("read_f32"))?;
+    }
+    be.stream.synchronize().map_err(drv("read_f32"))?;
+    Ok(match t.dtype {
+        ActDType::Bf16 => host
+            .chunks_exact(2)
+            .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16))
+            .collect(),
+        ActDType::F32 => {
+            host.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+        }
+    })
+}

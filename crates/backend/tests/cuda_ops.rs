@@ -1,0 +1,480 @@
+//! The CUDA backend against the CPU backend and float64 references, and its row invariance
+//! (rows 1, 2, 3, 8, 16, 17, 128, 2,048 bit for bit), on seeded inputs.
+//!
+//! Every test needs an NVIDIA GPU and is ignored elsewhere; on the GPU machine:
+//! `cargo test --release -p tf-backend --test cuda_ops -- --ignored --nocapture`
+//! (`TENSORFOLD_NVRTC_LIB` names libnvrtc's directory if the loader does not find it).
+
+mod common;
+
+use common::*;
+use tf_backend::batch::{BatchMeta, KvGeometry, SeqMeta};
+use tf_backend::cpu::{CpuBackend, CpuTensor};
+use tf_backend::cuda::{CudaBackend, CudaTensor};
+use tf_backend::{ActDType, AttnArgs, Backend, NormArgs, RopeArgs};
+use tf_checkpoint::spec::RopeStyle;
+use tf_checkpoint::{DType, TensorFormat, TensorView};
+
+const ROWS: [usize; 7] = [1, 2, 3, 8, 16, 17, 128];
+
+fn gpu() -> CudaBackend {
+    CudaBackend::new(0).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn cpu() -> CpuBackend {
+    CpuBackend::new().expect("cpu backend")
+}
+
+fn up(g: &CudaBackend, rows: usize, cols: usize, bits: &[u16]) -> CudaTensor {
+    g.upload_bf16(rows, cols, bits).expect("upload")
+}
+
+/// bf16 bits of f32 values that hold bf16 values.
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// (max |a - b|, elements whose bits differ).
+fn diff(a: &[f32], b: &[f32]) -> (f32, usize) {
+    assert_eq!(a.len(), b.len());
+    let mut m = 0f32;
+    let mut n = 0;
+    for (x, y) in a.iter().zip(b) {
+        assert!(x.is_finite() && y.is_finite(), "non-finite value {x} vs {y}");
+        m = m.max((x - y).abs());
+        n += (x.to_bits() != y.to_bits()) as usize;
+    }
+    (m, n)
+}
+
+fn batch(positions: Vec<u32>, row_seq: Vec<u32>, seqs: Vec<SeqMeta>, bs: usize) -> BatchMeta {
+    let rows = positions.len();
+    BatchMeta {
+        tokens: vec![0; rows],
+        positions,
+        row_seq,
+        seqs,
+        logit_rows: vec![],
+        block_size: bs,
+    }
+}
+
+/// linear on the GPU for `rows` of `xb` (row-major, k wide); returns f32 values.
+fn gpu_linear(
+    g: &CudaBackend,
+    xb: &[u16],
+    rows: usize,
+    w: &tf_backend::cuda::CudaWeight,
+    bias: Option<&tf_backend::cuda::CudaWeight>,
+    dt: ActDType,
+) -> Vec<f32> {
+    let (n, k) = w.shape();
+    let x = up(g, rows, k, &xb[..rows * k]);
+    let mut out = g.alloc(dt, rows, n).unwrap();
+    g.linear(&x, w, bias, &mut out).unwrap();
+    g.read_f32(&out, rows).unwrap()
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the GPU machine"]
+fn linear_within_the_fp32_bound_and_row_invariant() {
+    let g = gpu();
+    let c = cpu();
+    let mut rng = Rng::new(5);
+    let shapes = [
+        (576, 576, true),
+        (1536, 576, false),
+        (4096, 4096, true),
+        (1024, 4096, false),
+        (4096, 14336, false),
+        (200, 72, true),
+    ];
+    for (n, k, with_bias) in shapes {
+        let wv = random_weight(&mut rng, TensorFormat::Plain(DType::BF16), n, k, 0.05);
+        let bv = random_vector(&mut rng, n, 0.0, 0.5);
+        let wf = reference_values(&wv);
+        let bf = reference_values(&bv);
+        let (w, b) = (g.load_weight(&wv).unwrap(), g.load_weight(&bv).unwrap());
+        let bias = with_bias.then_some(&b);
+        let max_rows = 128;
+        let (xb, xf) = random_bf16(&mut rng, max_rows * k, 1.0);
+        let full = gpu_linear(&g, &xb, max_rows, &w, bias, ActDType::Bf16);
+        let full32 = gpu_linear(&g, &xb, max_rows, &w, bias, ActDType::F32);
+        // float64 bound: |y - ref| <= gamma(k) sum|w x| (+ one bf16 rounding for bf16 out).
+        let (mut worst, mut worst32) = (0f64, 0f64);
+        for r in 0..16 {
+            for f in 0..n {
+                let (mut s, mut m) = (0f64, 0f64);
+                for i in 0..k {
+                    let p = wf[f * k + i] as f64 * xf[r * k + i] as f64;
+                    s += p;
+                    m += p.abs();
+                }
+                if with_bias {
+                    s += bf[f] as f64;
+                    m += (bf[f] as f64).abs();
+                }
+                let tol = gamma(k as f64 + 1.0) * m + 1e-30;
+                let y32 = full32[r * n + f] as f64;
+                worst32 = worst32.max((y32 - s).abs() / tol);
+                let y = full[r * n + f] as f64;
+                let tol16 = tol + y.abs() * 2f64.powi(-8);
+                worst = worst.max((y - s).abs() / tol16);
+            }
+        }
+        // The CPU backend's bf16 output (another summation order).
+        let xc = CpuTensor::from_bf16_bits(max_rows, k, xb.clone()).unwrap();
+        let (wc, bc) = (c.load_weight(&wv).unwrap(), c.load_weight(&bv).unwrap());
+        let mut oc = c.alloc(ActDType::Bf16, max_rows, n).unwrap();
+        c.linear(&xc, &wc, with_bias.then_some(&bc), &mut oc).unwrap();
+        let (dmax, dn) = diff(&full, &c.read_f32(&oc, max_rows).unwrap());
+        // Row invariance: every row of a call of r rows (taken at a shifting offset) equals
+        // the same row of the 128-row call.
+        let mut bad = 0;
+        for &r in &ROWS {
+            let off = (r * 7) % (max_rows - r + 1);
+            let part = gpu_linear(&g, &xb[off * k..], r, &w, bias, ActDType::Bf16);
+            bad += (bits(&part) != bits(&full[off * n..(off + r) * n])) as usize;
+        }
+        println!(
+            "linear {n}x{k} bias={with_bias}: f32 out err/bound {worst32:.3}, bf16 out {worst:.3}; vs CPU max |d| {dmax:.3e}, {dn} of {} differ; row-invariance mismatching calls: {bad}",
+            full.len()
+        );
+        assert!(worst32 <= 1.0 && worst <= 1.0, "outside the fp32 bound");
+        assert_eq!(bad, 0, "a row's bits depend on the call's row count");
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the GPU machine"]
+fn linear_2048_rows_and_logits() {
+    let g = gpu();
+    let mut rng = Rng::new(6);
+    let (n, k) = (1024, 2048);
+    let wv = random_weight(&mut rng, TensorFormat::Plain(DType::BF16), n, k, 0.05);
+    let w = g.load_weight(&wv).unwrap();
+    let rows = 2048;
+    let (xb, _) = random_bf16(&mut rng, rows * k, 1.0);
+    let full = gpu_linear(&g, &xb, rows, &w, None, ActDType::Bf16);
+    let mut bad = 0;
+    for (r, off) in [(1usize, 2047usize), (17, 1000), (128, 1920)] {
+        let part = gpu_linear(&g, &xb[off * k..], r, &w, None, ActDType::Bf16);
+        bad += (bits(&part) != bits(&full[off * n..(off + r) * n])) as usize;
+    }
+    // logits: selected rows, f32 holding bf16-rounded values, equal to linear's bf16 rows.
+    let x = up(&g, rows, k, &xb);
+    let sel = vec![0u32, 5, 2047];
+    let mut meta = batch(vec![0; rows], vec![0; rows], vec![SeqMeta { block_table: vec![0] }], 16);
+    meta.logit_rows = sel.clone();
+    let b = g.prepare_batch(&meta).unwrap();
+    let mut lo = g.alloc(ActDType::F32, rows, n).unwrap();
+    g.logits(&x, &w, &b, &mut lo).unwrap();
+    let lv = g.read_f32(&lo, sel.len()).unwrap();
+    let want: Vec<f32> =
+        sel.iter().flat_map(|&r| full[r as usize * n..(r as usize + 1) * n].to_vec()).collect();
+    println!("linear 2048 rows {n}x{k}: row-invariance mismatching calls {bad}; logits == linear rows: {}", bits(&lv) == bits(&want));
+    assert_eq!(bad, 0);
+    assert_eq!(bits(&lv), bits(&want));
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the GPU machine"]
+fn row_local_ops_match_the_cpu_backend() {
+    let (g, c) = (gpu(), cpu());
+    let mut rng = Rng::new(7);
+    let rows = 37;
+    // rms_norm: full rows and per-head groups.
+    for (cols, group) in [(576, 576), (4096, 4096), (8 * 128, 128), (9 * 64, 64)] {
+        let (xb, _) = random_bf16(&mut rng, rows * cols, 2.0);
+        let wv = random_vector(&mut rng, group, 1.0, 0.2);
+        let (wg, wc) = (g.load_weight(&wv).unwrap(), c.load_weight(&wv).unwrap());
+        let xg = up(&g, rows, cols, &xb);
+        let xc = CpuTensor::from_bf16_bits(rows, cols, xb.clone()).unwrap();
+        let mut og = g.alloc(ActDType::Bf16, rows, cols).unwrap();
+        let mut oc = c.alloc(ActDType::Bf16, rows, cols).unwrap();
+        g.rms_norm(NormArgs { x: &xg, weight: &wg, eps: 1e-5, group, out: &mut og }).unwrap();
+        c.rms_norm(NormArgs { x: &xc, weight: &wc, eps: 1e-5, group, out: &mut oc }).unwrap();
+        let (a, b) = (g.read_f32(&og, rows).unwrap(), c.read_f32(&oc, rows).unwrap());
+        let (m, n) = diff(&a, &b);
+        let ulp =
+            a.iter().zip(&b).all(|(x, y)| (x - y).abs() <= x.abs().max(y.abs()) * 2f32.powi(-7));
+        println!("rms_norm ({rows}, {cols}) group {group}: max |d| {m:.3e}, {n} of {} differ, all within one bf16 step: {ulp}", a.len());
+        assert!(ulp);
+        // Row invariance: rows alone equal rows in the call.
+        let one = up(&g, 1, cols, &xb[5 * cols..6 * cols]);
+        let mut o1 = g.alloc(ActDType::Bf16, 1, cols).unwrap();
+        g.rms_norm(NormArgs { x: &one, weight: &wg, eps: 1e-5, group, out: &mut o1 }).unwrap();
+        assert_eq!(bits(&g.read_f32(&o1, 1).unwrap()), bits(&a[5 * cols..6 * cols]));
+    }
+    // swiglu and add.
+    let cols = 1536;
+    let (gb, _) = random_bf16(&mut rng, rows * cols, 3.0);
+    let (ub, _) = random_bf16(&mut rng, rows * cols, 1.0);
+    let (gg, ug) = (up(&g, rows, cols, &gb), up(&g, rows, cols, &ub));
+    let (gc, uc) = (
+        CpuTensor::from_bf16_bits(rows, cols, gb.clone()).unwrap(),
+        CpuTensor::from_bf16_bits(rows, cols, ub.clone()).unwrap(),
+    );
+    let mut og = g.alloc(ActDType::Bf16, rows, cols).unwrap();
+    let mut oc = c.alloc(ActDType::Bf16, rows, cols).unwrap();
+    g.swiglu(&gg, &ug, &mut og).unwrap();
+    c.swiglu(&gc, &uc, &mut oc).unwrap();
+    let (a, b) = (g.read_f32(&og, rows).unwrap(), c.read_f32(&oc, rows).unwrap());
+    let (m, n) = diff(&a, &b);
+    let ulp = a
+        .iter()
+        .zip(&b)
+        .all(|(x, y)| (x - y).abs() <= x.abs().max(y.abs()) * 2f32.powi(-7) + 1e-30);
+    println!(
+        "swiglu ({rows}, {cols}): max |d| {m:.3e}, {n} of {} differ, within one bf16 step: {ulp}",
+        a.len()
+    );
+    assert!(ulp);
+    let mut ag = up(&g, rows, cols, &gb);
+    let mut ac = CpuTensor::from_bf16_bits(rows, cols, gb.clone()).unwrap();
+    g.add(&mut ag, &ug).unwrap();
+    c.add(&mut ac, &uc).unwrap();
+    let (a, b) = (g.read_f32(&ag, rows).unwrap(), c.read_f32(&ac, rows).unwrap());
+    println!("add: {} of {} differ", diff(&a, &b).1, a.len());
+    assert_eq!(bits(&a), bits(&b));
+    // rope, both styles, and embed.
+    let (heads, hd, maxpos) = (6, 64, 300);
+    let tab: Vec<u8> =
+        (0..maxpos * hd).flat_map(|_| half::bf16::from_f64(rng.normal()).to_le_bytes()).collect();
+    let tv =
+        TensorView::owned("rope.table", TensorFormat::Plain(DType::BF16), vec![maxpos, hd], tab);
+    let (tg, tc) = (g.load_weight(&tv).unwrap(), c.load_weight(&tv).unwrap());
+    let positions: Vec<u32> = (0..rows).map(|_| rng.below(maxpos) as u32).collect();
+    let mut meta =
+        batch(positions, vec![0; rows], vec![SeqMeta { block_table: (0..32).collect() }], 16);
+    meta.tokens = (0..rows).map(|_| rng.below(maxpos) as u32).collect();
+    let (bg, bc) = (g.prepare_batch(&meta).unwrap(), c.prepare_batch(&meta).unwrap());
+    for style in [RopeStyle::Neox, RopeStyle::Interleaved] {
+        let (xb, _) = random_bf16(&mut rng, rows * heads * hd, 1.0);
+        let mut xg = up(&g, rows, heads * hd, &xb);
+        let mut xc = CpuTensor::from_bf16_bits(rows, heads * hd, xb).unwrap();
+        g.rope(RopeArgs { x: &mut xg, heads, head_dim: hd, style, table: &tg, batch: &bg })
+            .unwrap();
+        c.rope(RopeArgs { x: &mut xc, heads, head_dim: hd, style, table: &tc, batch: &bc })
+            .unwrap();
+        let (a, b) = (g.read_f32(&xg, rows).unwrap(), c.read_f32(&xc, rows).unwrap());
+        println!("rope {style:?}: {} of {} differ", diff(&a, &b).1, a.len());
+        assert_eq!(bits(&a), bits(&b));
+    }
+    let mut eg = g.alloc(ActDType::Bf16, rows, hd).unwrap();
+    let mut ec = c.alloc(ActDType::Bf16, rows, hd).unwrap();
+    g.embed(&tg, &bg, &mut eg).unwrap();
+    c.embed(&tc, &bc, &mut ec).unwrap();
+    let (a, b) = (g.read_f32(&eg, rows).unwrap(), c.read_f32(&ec, rows).unwrap());
+    println!("embed: {} of {} differ", diff(&a, &b).1, a.len());
+    assert_eq!(bits(&a), bits(&b));
+}
+
+/// Stores random k/v for positions 0..len of one sequence on both backends; returns the
+/// sequence's block table and the q rows (len, heads * hd).
+struct AttnCase {
+    heads: usize,
+    hd: usize,
+    table: Vec<u32>,
+    q: Vec<u16>,
+}
+
+fn attention_case(
+    rng: &mut Rng,
+    g: &CudaBackend,
+    c: &CpuBackend,
+    kv: (&mut tf_backend::cuda::CudaKv, &mut tf_backend::cpu::CpuKv),
+    (heads, kvh, hd, len): (usize, usize, usize, usize),
+) -> AttnCase {
+    let bs = 16;
+    // Blocks in a scrambled order: the table, not the pool order, defines positions.
+    let nb = len.div_ceil(bs);
+    let mut pool: Vec<u32> = (0..nb as u32 + 5).collect();
+    for i in (1..pool.len()).rev() {
+        pool.swap(i, rng.below(i + 1));
+    }
+    let table = pool[..nb].to_vec();
+    let (kb, _) = random_bf16(rng, len * kvh * hd, 1.0);
+    let (vb, _) = random_bf16(rng, len * kvh * hd, 1.0);
+    let (q, _) = random_bf16(rng, len * heads * hd, 1.0);
+    let meta = batch(
+        (0..len as u32).collect(),
+        vec![0; len],
+        vec![SeqMeta { block_table: table.clone() }],
+        bs,
+    );
+    let (bg, bc) = (g.prepare_batch(&meta).unwrap(), c.prepare_batch(&meta).unwrap());
+    g.kv_store(kv.0, 1, &up(g, len, kvh * hd, &kb), &up(g, len, kvh * hd, &vb), &bg).unwrap();
+    let (kc, vc) = (
+        CpuTensor::from_bf16_bits(len, kvh * hd, kb).unwrap(),
+        CpuTensor::from_bf16_bits(len, kvh * hd, vb).unwrap(),
+    );
+    c.kv_store(kv.1, 1, &kc, &vc, &bc).unwrap();
+    AttnCase { heads, hd, table, q }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the GPU machine"]
+fn attention_matches_the_cpu_and_any_chunking_gives_the_same_bits() {
+    let (g, c) = (gpu(), cpu());
+    let mut rng = Rng::new(8);
+    for (heads, kvh, hd, len) in
+        [(9usize, 3usize, 64usize, 1100usize), (8, 2, 128, 700), (4, 4, 256, 40)]
+    {
+        let geom = KvGeometry {
+            layers: 2,
+            kv_heads: kvh,
+            head_dim: hd,
+            block_size: 16,
+            num_blocks: len.div_ceil(16) + 5,
+        };
+        let (mut kg, mut kc) = (g.alloc_kv(&geom).unwrap(), c.alloc_kv(&geom).unwrap());
+        let case = attention_case(&mut rng, &g, &c, (&mut kg, &mut kc), (heads, kvh, hd, len));
+        let (k1, v1) = g.read_kv(&kg, 1, &case.table, len).unwrap();
+        let (k2, v2) = c.read_kv(&kc, 1, &case.table, len).unwrap();
+        assert_eq!((bits(&k1), bits(&v1)), (bits(&k2), bits(&v2)), "read_kv");
+        let qw = case.heads * case.hd;
+        let scale = 1.0 / (case.hd as f32).sqrt();
+        // Rows start..end of the sequence as one call.
+        let run = |be_g: bool, start: usize, end: usize| -> Vec<f32> {
+            let n = end - start;
+            let meta = batch(
+                (start as u32..end as u32).collect(),
+                vec![0; n],
+                vec![SeqMeta { block_table: case.table.clone() }],
+                16,
+            );
+            let q = &case.q[start * qw..end * qw];
+            if be_g {
+                let b = g.prepare_batch(&meta).unwrap();
+                let qt = up(&g, n, qw, q);
+                let mut out = g.alloc(ActDType::Bf16, n, qw).unwrap();
+                g.attention(AttnArgs {
+                    q: &qt,
+                    kv: &kg,
+                    layer: 1,
+                    batch: &b,
+                    heads,
+                    kv_heads: kvh,
+                    head_dim: hd,
+                    scale,
+                    out: &mut out,
+                })
+                .unwrap();
+                g.read_f32(&out, n).unwrap()
+            } else {
+                let b = c.prepare_batch(&meta).unwrap();
+                let qt = CpuTensor::from_bf16_bits(n, qw, q.to_vec()).unwrap();
+                let mut out = c.alloc(ActDType::Bf16, n, qw).unwrap();
+                c.attention(AttnArgs {
+                    q: &qt,
+                    kv: &kc,
+                    layer: 1,
+                    batch: &b,
+                    heads,
+                    kv_heads: kvh,
+                    head_dim: hd,
+                    scale,
+                    out: &mut out,
+                })
+                .unwrap();
+                c.read_f32(&out, n).unwrap()
+            }
+        };
+        let full = run(true, 0, len);
+        let (m, n) = diff(&full, &run(false, 0, len));
+        let step = full
+            .iter()
+            .zip(&run(false, 0, len))
+            .all(|(x, y)| (x - y).abs() <= x.abs().max(y.abs()) * 2f32.powi(-7) + 1e-6);
+        // Chunks of 7, 128, 17 and single decode rows must give the full call's bits.
+        let mut bad = 0;
+        for chunk in [7usize, 128, 17, 1] {
+            let mut s = 0;
+            while s < len {
+                let e = (s + chunk).min(len);
+                if chunk == 1 && s % 97 != 0 && s + 1 != len {
+                    s = e;
+                    continue;
+                }
+                bad += (bits(&run(true, s, e)) != bits(&full[s * qw..e * qw])) as usize;
+                s = e;
+            }
+        }
+        println!("attention {heads}/{kvh} heads of {hd}, {len} positions: vs CPU max |d| {m:.3e}, {n} of {} differ, within one bf16 step: {step}; chunked calls differing: {bad}", full.len());
+        assert!(step, "attention differs from the CPU by more than a bf16 step");
+        assert_eq!(bad, 0, "a row's attention depends on its chunk");
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the GPU machine"]
+fn kernels_compile_and_fit_the_device() {
+    let g = gpu();
+    let ks = g.kernels().unwrap();
+    for k in &ks {
+        println!(
+            "{:<20} {:<12} regs {:>3} smem {:>6} threads {:>4}/{:<4} {:?} {:?}",
+            k.name,
+            k.family,
+            k.registers,
+            k.shared_bytes,
+            k.launch_threads,
+            k.max_threads,
+            k.compiled.as_ref().map_err(|e| e.lines().next().unwrap_or("").to_string()),
+            k.limits
+        );
+    }
+    assert!(ks.iter().all(|k| k.compiled.is_ok() && k.limits.is_ok()));
+    println!(
+        "total {} MiB, free {} MiB, arch {}",
+        g.total_memory() >> 20,
+        g.free_memory() >> 20,
+        g.arch()
+    );
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the GPU machine"]
+fn decode_and_prefill_speed() {
+    let g = gpu();
+    let mut rng = Rng::new(9);
+    for (n, k) in [(4096, 4096), (14336, 4096), (4096, 14336), (1024, 4096), (128256, 4096)] {
+        let bytes: Vec<u8> = (0..n * k)
+            .flat_map(|_| half::bf16::from_f32((rng.uniform() as f32 - 0.5) * 0.1).to_le_bytes())
+            .collect();
+        let w = g
+            .load_weight(&TensorView::owned(
+                "w",
+                TensorFormat::Plain(DType::BF16),
+                vec![n, k],
+                bytes,
+            ))
+            .unwrap();
+        for rows in [1usize, 8, 2048] {
+            if rows == 2048 && n > 20000 {
+                continue;
+            }
+            let (xb, _) = random_bf16(&mut rng, rows * k, 1.0);
+            let x = up(&g, rows, k, &xb);
+            let mut out = g.alloc(ActDType::Bf16, rows, n).unwrap();
+            for _ in 0..3 {
+                g.linear(&x, &w, None, &mut out).unwrap();
+            }
+            g.synchronize().unwrap();
+            let iters = if rows == 2048 { 20 } else { 100 };
+            let t = std::time::Instant::now();
+            for _ in 0..iters {
+                g.linear(&x, &w, None, &mut out).unwrap();
+            }
+            g.synchronize().unwrap();
+            let dt = t.elapsed().as_secs_f64() / iters as f64;
+            let gbs = (n * k * 2) as f64 / dt / 1e9;
+            let tflops = 2.0 * (n * k * rows) as f64 / dt / 1e12;
+            println!(
+                "linear {n}x{k} rows {rows}: {:.1} us, weights {gbs:.0} GB/s, {tflops:.1} TFLOP/s",
+                dt * 1e6
+            );
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! CI gate: every CUDA kernel family compiles with NVRTC for sm_80, sm_89 and sm_90a, on a
+//! machine with no GPU and no CUDA toolkit.
+//!
+//! NVRTC comes from NVIDIA's pip wheel (`nvidia-cuda-nvrtc==13.0.88`), installed by
+//! `scripts/nvrtc-wheels.sh` into `<repo>/.cache/nvrtc` (or `$TENSORFOLD_CACHE/nvrtc`); set
+//! `TENSORFOLD_NVRTC_LIB` to use another directory. Without it the test FAILS, naming the
+//! script: a kernel that does not compile must never pass CI silently.
+
+use std::path::PathBuf;
+
+use tf_backend::cuda::{compile, loader};
+
+fn wheel_dir() -> PathBuf {
+    let cache = std::env::var_os("TENSORFOLD_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache"));
+    cache.join("nvrtc/nvidia/cu13/lib")
+}
+
+#[test]
+fn every_kernel_family_compiles_for_sm80_sm89_sm90a() {
+    let mut dirs = Vec::new();
+    if let Some(d) = std::env::var_os("TENSORFOLD_NVRTC_LIB") {
+        dirs.push(PathBuf::from(d));
+    }
+    dirs.push(wheel_dir());
+    if let Err(e) = loader::nvrtc(&dirs) {
+        panic!("{e}\nThis test needs NVRTC from the pip wheel: run scripts/nvrtc-wheels.sh");
+    }
+    let (maj, min) = compile::nvrtc_version().expect("NVRTC version");
+    println!("NVRTC {maj}.{min}");
+    let mut failures = Vec::new();
+    let mut n = 0;
+    for arch in ["sm_80", "sm_89", "sm_90a"] {
+        for fam in compile::FAMILIES {
+            match compile::compile(fam, arch) {
+                Ok(cubin) => {
+                    assert!(cubin.len() > 64, "{} for {arch}: empty CUBIN", fam.name);
+                    n += 1;
+                }
+                Err(log) => failures.push(log),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "kernels failed to compile:\n{}", failures.join("\n\n"));
+    println!("{n} family x arch compilations ok");
+}
