@@ -4,6 +4,7 @@
 //! with their context and turns into exit code 1 (2 for usage errors, from clap).
 
 mod cmd;
+mod device;
 mod model_path;
 
 use clap::{Parser, Subcommand};
@@ -39,6 +40,11 @@ enum Command {
     Judge(cmd::judge::JudgeArgs),
     /// Exactness checks (`check exact`): bit-for-bit comparisons with planted controls.
     Check(cmd::check::CheckArgs),
+    /// The kernel contract: every op at each served geometry against float64 bounds, row
+    /// invariance over 1..2,048-row calls, compile and limit gates, with planted controls.
+    Contract(cmd::contract::ContractArgs),
+    /// Write a seeded random-weight bf16 HF checkpoint at a known model's geometry.
+    Synth(cmd::synth::SynthArgs),
 }
 
 fn main() {
@@ -53,6 +59,8 @@ fn main() {
         Command::Golden(a) => cmd::golden::run(a),
         Command::Judge(a) => cmd::judge::run(a),
         Command::Check(a) => cmd::check::run(a),
+        Command::Contract(a) => cmd::contract::run(a),
+        Command::Synth(a) => cmd::synth::run(a),
     };
     if let Err(e) = res {
         eprintln!("error: {e:#}");

@@ -8,11 +8,13 @@ use std::time::Instant;
 
 use anyhow::Result;
 use clap::Args;
-use tf_backend::cpu::{CpuBackend, CpuConfig};
+use tf_backend::Backend;
 use tf_checkpoint::Checkpoint;
 use tf_engine::family::{self, LoadOptions};
 use tf_engine::generate::{GenRequest, Generator, BLOCK_SIZE};
 use tf_engine::{Sampler, SamplingParams};
+
+use crate::device::{with_backend, DeviceArgs, OnDevice, WithBackend};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -28,18 +30,28 @@ pub struct BenchArgs {
     /// Repetitions (each prints a line).
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
-    /// CPU threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub dev: DeviceArgs,
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {
+    let dev = a.dev;
+    with_backend(&dev, a)
+}
+
+impl WithBackend for BenchArgs {
+    type Out = ();
+    fn run<B: Backend + 'static>(self, dev: &OnDevice<B>) -> Result<()> {
+        run_on(self, dev.backend()?)
+    }
+}
+
+fn run_on<B: Backend + 'static>(a: BenchArgs, backend: B) -> Result<()> {
     let path = crate::model_path::resolve(a.model.clone())?;
     let t0 = Instant::now();
     let ckpt = Checkpoint::open(&path)?;
     let vocab = ckpt.spec.vocab_size as u64;
     let context = (a.pp + a.tg).max(1);
-    let backend = CpuBackend::with_config(CpuConfig { threads: a.threads, level: None })?;
     let rows = a.pp.clamp(1, 2048);
     let model =
         family::load(&ckpt, backend, LoadOptions { max_rows: rows, max_positions: context })?;

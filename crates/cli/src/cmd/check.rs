@@ -12,7 +12,6 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
-use tf_backend::cpu::{CpuBackend, CpuConfig};
 use tf_backend::Backend;
 use tf_checkpoint::Checkpoint;
 use tf_engine::check::fault::{Fault, Faulty};
@@ -20,6 +19,7 @@ use tf_engine::check::{self, history, CheckOutcome};
 use tf_engine::family::{self, CausalLm, LoadOptions};
 
 use crate::cmd::text::Text;
+use crate::device::{with_backend, DeviceArgs, OnDevice, WithBackend};
 
 #[derive(Args)]
 pub struct CheckArgs {
@@ -50,9 +50,8 @@ pub struct ExactArgs {
     /// sampler in `seeded`.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// CPU threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub dev: DeviceArgs,
     /// Run on a deliberately row-dependent model, to see the checks fail (self-test).
     #[arg(long, value_enum, hide = true)]
     pub fault: Option<FaultArg>,
@@ -79,16 +78,15 @@ pub enum Checker {
 /// Differing rows listed per comparison of a failed check.
 const SHOW_DIFFS: usize = 12;
 
-/// Loads the model (wrapped in `fault`, if any).
-fn load(
+/// Loads the model on a fresh backend of `dev` (wrapped in `fault`, if any).
+fn load<B: Backend + 'static>(
+    dev: &OnDevice<B>,
     path: &Path,
-    threads: Option<usize>,
     opts: LoadOptions,
     fault: Option<FaultArg>,
-) -> tf_engine::Result<Box<dyn CausalLm<CpuBackend>>> {
+) -> tf_engine::Result<Box<dyn CausalLm<B>>> {
     let ckpt = Checkpoint::open(path)?;
-    let backend = CpuBackend::with_config(CpuConfig { threads, level: None })?;
-    let inner = family::load(&ckpt, backend, opts)?;
+    let inner = family::load(&ckpt, dev.backend()?, opts)?;
     Ok(match fault {
         None => inner,
         Some(FaultArg::RowDependentLogits) => {
@@ -119,6 +117,18 @@ fn print_failure(o: &CheckOutcome) {
 
 pub fn run(a: CheckArgs) -> Result<()> {
     let CheckCmd::Exact(a) = a.what;
+    let dev = a.dev;
+    with_backend(&dev, a)
+}
+
+impl WithBackend for ExactArgs {
+    type Out = ();
+    fn run<B: Backend + 'static>(self, dev: &OnDevice<B>) -> Result<()> {
+        exact(self, dev)
+    }
+}
+
+fn exact<B: Backend + 'static>(a: ExactArgs, dev: &OnDevice<B>) -> Result<()> {
     if a.tokens < 64 {
         bail!("--tokens {}: the checks need at least 64 tokens of history", a.tokens);
     }
@@ -129,8 +139,8 @@ pub fn run(a: CheckArgs) -> Result<()> {
     let tokens = history::history(&ids, a.tokens, ckpt.spec.vocab_size, a.seed);
     drop(ckpt);
     let opts = LoadOptions { max_rows: a.tokens.max(128), max_positions: a.tokens + 64 };
-    let mut model = load(&path, a.threads, opts, a.fault)
-        .with_context(|| format!("loading {}", path.display()))?;
+    let mut model =
+        load(dev, &path, opts, a.fault).with_context(|| format!("loading {}", path.display()))?;
     let only = if a.only.is_empty() {
         vec![Checker::Windows, Checker::Concurrent, Checker::Resumed, Checker::Seeded]
     } else {
@@ -165,7 +175,7 @@ pub fn run(a: CheckArgs) -> Result<()> {
             }
             Checker::Seeded => {
                 let o = check::SeededOpts { seed: a.seed, ..Default::default() };
-                let mut restart = || load(&path, a.threads, opts, a.fault);
+                let mut restart = || load(dev, &path, opts, a.fault);
                 check::seeded(m, &mut restart, &tokens, &o, &mut progress)
             }
         }

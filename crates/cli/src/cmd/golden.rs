@@ -2,15 +2,18 @@
 //! contenders. The engine side of `tools/reference/compare_greedy.py` (against HF
 //! transformers) and the source of committed goldens.
 //!
-//! Output: `{model, max_new_tokens, prompts: [{messages, prompt_ids, tokens, text, stop,
-//! steps: [{top: [[id, logit], [id, logit]]}]}]}`; `tokens` ends with the stop token when one
-//! was produced, as `hf_greedy.py` records it.
+//! Output: `{model, max_new_tokens, prompts: [{name, messages, prompt_ids, tokens, text, stop,
+//! sha256, steps: [{top: [[id, logit], [id, logit]]}]}]}`; `tokens` ends with the stop token
+//! when one was produced, as `hf_greedy.py` records it; `name` is the prompt's (null if it has
+//! none); `sha256` is the hex SHA-256 of `tokens` as consecutive little-endian u32 (one line
+//! that identifies a generation; the committed goldens under `tests/fixtures/golden/` and
+//! their declared-differences list key on it).
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use tf_backend::cpu::{CpuBackend, CpuConfig};
+use tf_backend::Backend;
 use tf_checkpoint::Checkpoint;
 use tf_engine::family::{self, LoadOptions};
 use tf_engine::generate::{FinishReason, GenRequest, Generator, BLOCK_SIZE};
@@ -18,6 +21,7 @@ use tf_engine::{Sampler, SamplingParams};
 use tf_tokenizer::{ChatMessage, ChatRequest};
 
 use crate::cmd::text::Text;
+use crate::device::{with_backend, DeviceArgs, OnDevice, WithBackend};
 
 #[derive(Args)]
 pub struct GoldenArgs {
@@ -33,9 +37,8 @@ pub struct GoldenArgs {
     /// Where to write the JSON (default: stdout).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// CPU threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub dev: DeviceArgs,
 }
 
 #[derive(serde::Deserialize)]
@@ -45,6 +48,8 @@ struct PromptSet {
 
 #[derive(serde::Deserialize)]
 struct PromptEntry {
+    #[serde(default)]
+    name: Option<String>,
     messages: Vec<ChatMessage>,
 }
 
@@ -62,7 +67,29 @@ fn top2(logits: &[f32]) -> [(u32, f32); 2] {
     best
 }
 
+/// Hex SHA-256 of token ids as consecutive little-endian u32.
+fn tokens_sha256(tokens: &[u32]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for t in tokens {
+        h.update(t.to_le_bytes());
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 pub fn run(a: GoldenArgs) -> Result<()> {
+    let dev = a.dev;
+    with_backend(&dev, a)
+}
+
+impl WithBackend for GoldenArgs {
+    type Out = ();
+    fn run<B: Backend + 'static>(self, dev: &OnDevice<B>) -> Result<()> {
+        run_on(self, dev.backend()?)
+    }
+}
+
+fn run_on<B: Backend + 'static>(a: GoldenArgs, backend: B) -> Result<()> {
     let path = crate::model_path::resolve(a.model.clone())?;
     let set: PromptSet = serde_json::from_slice(
         &std::fs::read(&a.prompts).with_context(|| format!("reading {}", a.prompts.display()))?,
@@ -72,7 +99,6 @@ pub fn run(a: GoldenArgs) -> Result<()> {
     let text = Text::load(&ckpt)?;
     let template = text.template.as_ref().context("the checkpoint has no chat template")?;
     let context = 4096.min(ckpt.spec.max_position_embeddings);
-    let backend = CpuBackend::with_config(CpuConfig { threads: a.threads, level: None })?;
     let model =
         family::load(&ckpt, backend, LoadOptions { max_rows: 256, max_positions: context })?;
     let mut gen = Generator::new(model, context.div_ceil(BLOCK_SIZE))?;
@@ -101,11 +127,13 @@ pub fn run(a: GoldenArgs) -> Result<()> {
         })?;
         let reply = text.codec.decode(&tokens, true)?;
         out.push(serde_json::json!({
+            "name": p.name,
             "messages": p.messages,
             "prompt_ids": prompt_ids,
             "tokens": tokens,
             "text": reply,
             "stop": if stats.finish == FinishReason::Stop { "eos" } else { "length" },
+            "sha256": tokens_sha256(&tokens),
             "steps": steps,
         }));
     }

@@ -2,11 +2,12 @@
 //!
 //! Reads a reference made by `tools/reference/hf_logits.py` (JSON, and optionally the full
 //! rows `.bin` written with `--full-out`), scores the reference's token history with the
-//! engine (`Generator::score`, CPU backend) and, with `--f64`, with the same family on the
-//! float64 reference backend, then hands the rows to `tf_engine::judge`. Prints every top-1
-//! difference with both sides' contenders, margins and verdict, and ends stdout with the
-//! one-line receipt. Exit 1 when any difference is not a near-tie, or when a row of any side
-//! holds NaN or +-Inf (refused, naming side and position, before any comparison).
+//! engine (`Generator::score`, on the backend `--device` picks) and, with `--f64`, with the
+//! same family on the float64 reference backend (always on the CPU), then hands the rows to
+//! `tf_engine::judge`. Prints every top-1 difference with both sides' contenders, margins and
+//! verdict, and ends stdout with the one-line receipt. Exit 1 when any difference is not a
+//! near-tie, or when a row of any side holds NaN or +-Inf (refused, naming side and position,
+//! before any comparison).
 //!
 //! KL is exact over the full vocabulary only with `--reference-logits`; without it the figure
 //! is the top-k + rest lower bound, and the receipt says which. `--candidate` judges another
@@ -18,7 +19,6 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use tf_backend::cpu::{CpuBackend, CpuConfig};
 use tf_backend::f64ref::F64Backend;
 use tf_backend::Backend;
 use tf_checkpoint::Checkpoint;
@@ -27,6 +27,7 @@ use tf_engine::generate::{Generator, BLOCK_SIZE};
 use tf_engine::judge::{self, FullRows, JudgeInput, KlMethod, RefFile, Reference};
 
 use crate::cmd::text::Text;
+use crate::device::{with_backend, DeviceArgs, OnDevice, WithBackend};
 
 #[derive(Args)]
 pub struct JudgeArgs {
@@ -49,9 +50,10 @@ pub struct JudgeArgs {
     /// Rows per forward step when scoring (a speed knob: chunking changes no value).
     #[arg(long, default_value_t = 256)]
     pub chunk: usize,
-    /// CPU threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    // The engine side runs on --device; the float64 pass (--f64) always runs on the CPU, with
+    // --threads.
+    #[command(flatten)]
+    pub dev: DeviceArgs,
     /// Also write the report (figures and every difference) as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -110,6 +112,20 @@ fn candidate_rows(a: &JudgeArgs, reference: &Reference, n: usize) -> Result<Vec<
     Ok((0..n).flat_map(|i| full.row(i)).map(|v| v as f32).collect())
 }
 
+/// The engine's scoring of a token history, run on the chosen device.
+struct EngineScore<'a> {
+    ckpt: &'a Checkpoint,
+    tokens: &'a [u32],
+    chunk: usize,
+}
+
+impl WithBackend for EngineScore<'_> {
+    type Out = Vec<f32>;
+    fn run<B: Backend + 'static>(self, dev: &OnDevice<B>) -> Result<Vec<f32>> {
+        score(self.ckpt, dev.backend()?, self.tokens, self.chunk)
+    }
+}
+
 /// Teacher-forced logits of `tokens` on `backend`, `(tokens, vocab)`.
 fn score<B: Backend + 'static>(
     ckpt: &Checkpoint,
@@ -166,14 +182,11 @@ pub fn run(a: JudgeArgs) -> Result<()> {
     );
     let engine = match &a.candidate {
         Some(_) => candidate_rows(&a, &reference, n)?,
-        None => {
-            let cpu = CpuBackend::with_config(CpuConfig { threads: a.threads, level: None })?;
-            score(&ckpt, cpu, tokens, a.chunk)?
-        }
+        None => with_backend(&a.dev, EngineScore { ckpt: &ckpt, tokens, chunk: a.chunk })?,
     };
     let float64 = match a.f64 {
         true => {
-            let f64ref = F64Backend::with_threads(&ckpt.spec.rope, a.threads)?;
+            let f64ref = F64Backend::with_threads(&ckpt.spec.rope, a.dev.threads)?;
             Some(score(&ckpt, f64ref, tokens, a.chunk)?)
         }
         false => None,

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod check;
+pub mod contract;
 pub mod export;
 pub mod golden;
 pub mod info;
@@ -9,6 +10,7 @@ pub mod judge;
 pub mod plan;
 pub mod run;
 pub mod serve;
+pub mod synth;
 pub mod text;
 
 /// Writes to stdout, ignoring a closed pipe (`tensorfold info | head` must not panic).

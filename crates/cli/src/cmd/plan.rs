@@ -1,5 +1,7 @@
 //! `tensorfold plan`: the memory plan for serving a checkpoint, printed before anything loads.
-//! `serve` uses the same sizing and refuses to start when the plan does not fit.
+//! `serve` uses the same sizing and refuses to start when the plan does not fit. The default
+//! budget is a stated share of the chosen device's memory (`crate::device::DeviceMemory`):
+//! RAM for `--device cpu`, the GPU's memory for `--device cuda`.
 
 use std::path::PathBuf;
 
@@ -7,6 +9,8 @@ use anyhow::{bail, Result};
 use clap::Args;
 use tf_checkpoint::{admission, Checkpoint};
 use tf_engine::serve::plan::{self, MemoryPlan, PlanRequest};
+
+use crate::device::{self, Device, DeviceMemory};
 
 /// Tokens per KV block.
 pub const BLOCK_SIZE: usize = 16;
@@ -23,7 +27,8 @@ pub struct Sizing {
     /// Memory for reusable prompt KV (GiB); 0 turns the prompt cache off.
     #[arg(long, default_value_t = 1.0)]
     pub prompt_cache_gib: f64,
-    /// The whole memory budget in GiB (default: 75% of this machine's RAM).
+    /// The whole memory budget in GiB (default: 75% of the RAM with --device cpu, 90% of the
+    /// GPU's memory with --device cuda).
     #[arg(long)]
     pub mem_limit: Option<f64>,
     /// Rows per engine step (prefill chunks and decode rows together).
@@ -37,6 +42,10 @@ pub struct PlanArgs {
     pub path: Option<PathBuf>,
     #[command(flatten)]
     pub sizing: Sizing,
+    /// The device the plan is for (its memory sets the default --mem-limit): cpu, cuda (the
+    /// first GPU) or cuda:N (GPU ordinal N).
+    #[arg(long, value_name = "cpu|cuda[:N]", default_value = "cpu", value_parser = device::parse_device)]
+    pub device: Device,
 }
 
 fn gib(x: f64, what: &str) -> Result<usize> {
@@ -57,7 +66,29 @@ impl Sizing {
         Ok(c)
     }
 
-    pub fn plan(&self, ckpt: &Checkpoint) -> Result<MemoryPlan> {
+    /// The memory the default budget is a share of: read (by `read`) only when `--mem-limit`
+    /// is not given, so that an explicit limit plans for a device this machine lacks.
+    pub fn device_memory(
+        &self,
+        device: Device,
+        read: impl FnOnce() -> Result<DeviceMemory>,
+    ) -> Result<DeviceMemory> {
+        match self.mem_limit {
+            Some(_) => Ok(DeviceMemory { device, total: None }),
+            None => read(),
+        }
+    }
+
+    /// Where the default budget came from, as a line, when `--mem-limit` is not given.
+    pub fn default_note(&self, mem: &DeviceMemory) -> String {
+        match self.mem_limit {
+            Some(_) => String::new(),
+            None => format!("{}\n", mem.describe_default()),
+        }
+    }
+
+    /// The plan for `ckpt` within `--mem-limit`, or by default within the share of `mem`.
+    pub fn plan(&self, ckpt: &Checkpoint, mem: &DeviceMemory) -> Result<MemoryPlan> {
         if self.parallel == 0 || self.parallel > 1024 {
             bail!("--parallel {} is outside 1..=1024", self.parallel);
         }
@@ -66,7 +97,7 @@ impl Sizing {
         }
         let mem_limit = match self.mem_limit {
             Some(g) => gib(g, "--mem-limit")?,
-            None => plan::default_mem_limit(),
+            None => mem.default_limit(),
         };
         let req = PlanRequest {
             weight_bytes: ckpt.weight_bytes(),
@@ -85,13 +116,16 @@ pub fn run(a: PlanArgs) -> Result<()> {
     let path = crate::model_path::resolve(a.path)?;
     let ckpt = Checkpoint::open(&path)?;
     admission::admit(&ckpt)?;
-    let p = a.sizing.plan(&ckpt)?;
+    let mem = a.sizing.device_memory(a.device, || device::memory(a.device))?;
+    let p = a.sizing.plan(&ckpt, &mem)?;
     let context = a.sizing.context_for(&ckpt)?;
     crate::cmd::print_out(&format!(
-        "plan for {} (context {context}, parallel {})\n{}\n",
+        "plan for {} on {} (context {context}, parallel {})\n{}\n{}",
         path.display(),
+        a.device,
         a.sizing.parallel,
-        p.describe()
+        p.describe(),
+        a.sizing.default_note(&mem)
     ));
     if !p.fits() {
         bail!("the plan needs {} bytes but the limit is {} bytes: lower --context, --parallel or --prompt-cache-gib, or raise --mem-limit", p.total, p.mem_limit);

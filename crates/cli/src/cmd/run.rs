@@ -5,13 +5,14 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use tf_backend::cpu::{CpuBackend, CpuConfig};
+use tf_backend::Backend;
 use tf_checkpoint::Checkpoint;
 use tf_engine::family::{self, LoadOptions};
 use tf_engine::generate::{GenRequest, Generator, BLOCK_SIZE};
 use tf_engine::{Sampler, SamplingParams};
 
 use crate::cmd::text::Text;
+use crate::device::{with_backend, DeviceArgs, OnDevice, WithBackend};
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -51,21 +52,31 @@ pub struct RunArgs {
     /// Context length to reserve (default: the model's, at most 8192).
     #[arg(long)]
     pub context: Option<usize>,
-    /// CPU threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub dev: DeviceArgs,
     /// Print the token ids of prompt and reply as JSON after the reply.
     #[arg(long)]
     pub print_ids: bool,
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
+    let dev = a.dev;
+    with_backend(&dev, a)
+}
+
+impl WithBackend for RunArgs {
+    type Out = ();
+    fn run<B: Backend + 'static>(self, dev: &OnDevice<B>) -> Result<()> {
+        run_on(self, dev.backend()?)
+    }
+}
+
+fn run_on<B: Backend + 'static>(a: RunArgs, backend: B) -> Result<()> {
     let path = crate::model_path::resolve(a.model.clone())?;
     let ckpt = Checkpoint::open(&path)?;
     let text = Text::load(&ckpt)?;
     let prompt_ids = text.prompt_ids(&a.prompt, a.chat, a.system.as_deref())?;
     let context = a.context.unwrap_or(ckpt.spec.max_position_embeddings.min(8192));
-    let backend = CpuBackend::with_config(CpuConfig { threads: a.threads, level: None })?;
     let rows = 512;
     let model =
         family::load(&ckpt, backend, LoadOptions { max_rows: rows, max_positions: context })

@@ -1,6 +1,7 @@
 //! `tensorfold serve [PATH]`: the OpenAI-compatible server. Opens and admits the checkpoint,
-//! prints the memory plan and refuses a configuration that does not fit, loads the model onto
-//! the engine thread, then serves HTTP until SIGINT/SIGTERM.
+//! prints the memory plan (by default a share of `--device`'s memory) and refuses a
+//! configuration that does not fit, loads the model onto the chosen backend on the engine
+//! thread, then serves HTTP until SIGINT/SIGTERM.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -8,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use tf_backend::cpu::{CpuBackend, CpuConfig};
+use tf_backend::Backend;
 use tf_checkpoint::{admission, Checkpoint};
 use tf_engine::family::{self, LoadOptions};
 use tf_engine::serve::{EngineConfig, EngineHandle};
@@ -16,6 +17,7 @@ use tf_server::ServerConfig;
 
 use crate::cmd::plan::{Sizing, BLOCK_SIZE};
 use crate::cmd::text::Text;
+use crate::device::{with_backend, DeviceArgs, OnDevice, WithBackend};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -38,23 +40,37 @@ pub struct ServeArgs {
     /// Requests waiting for a lane before new ones are refused with 429.
     #[arg(long, default_value_t = 256)]
     pub queue_limit: usize,
-    /// CPU threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub dev: DeviceArgs,
     #[command(flatten)]
     pub sizing: Sizing,
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {
+    let dev = a.dev;
+    with_backend(&dev, a)
+}
+
+impl WithBackend for ServeArgs {
+    type Out = ();
+    fn run<B: Backend + 'static>(self, dev: &OnDevice<B>) -> Result<()> {
+        serve(self, dev)
+    }
+}
+
+fn serve<B: Backend + 'static>(a: ServeArgs, dev: &OnDevice<B>) -> Result<()> {
     let path = crate::model_path::resolve(a.path.clone())?;
     let ckpt = Checkpoint::open(&path)?;
     admission::admit(&ckpt)?;
-    let plan = a.sizing.plan(&ckpt)?;
+    let mem = a.sizing.device_memory(dev.device(), || Ok(dev.memory()?))?;
+    let plan = a.sizing.plan(&ckpt, &mem)?;
     let context = a.sizing.context_for(&ckpt)?;
-    eprintln!(
-        "memory plan (context {context}, parallel {}):\n{}",
+    eprint!(
+        "memory plan on {} (context {context}, parallel {}):\n{}\n{}",
+        dev.device(),
         a.sizing.parallel,
-        plan.describe()
+        plan.describe(),
+        a.sizing.default_note(&mem)
     );
     if !plan.fits() {
         bail!("the memory plan does not fit: lower --context, --parallel or --prompt-cache-gib, or raise --mem-limit");
@@ -67,10 +83,9 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let model_id = a.model_id.clone().unwrap_or_else(|| {
         path.file_name().map_or("model".into(), |n| n.to_string_lossy().into_owned())
     });
-    let backend = CpuBackend::with_config(CpuConfig { threads: a.threads, level: None })?;
     let rows = a.sizing.max_rows;
     let model =
-        family::load(&ckpt, backend, LoadOptions { max_rows: rows, max_positions: context })
+        family::load(&ckpt, dev.backend()?, LoadOptions { max_rows: rows, max_positions: context })
             .with_context(|| format!("loading {}", path.display()))?;
     let engine = EngineHandle::start(
         model,

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# GPU receipts for the CUDA issues, run on the GPU machine (no cargo, no network) from the repo
+# root with the release binary and its companions carried in .gpu/ (see tools/gpu/README.md):
+#   .gpu/tensorfold        release binary built on a CPU machine
+#   .gpu/tok/              tokenizer.json + tokenizer_config.json from any `synth --like smollm2`
+#   .gpu/torch_peer.py     ../shared/peers/torch_peer.py
+#   .whl/                  openai and its pure-Python deps (cp312 wheels), for bench_concurrent
+# Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge bench peer serve
+# Everything is printed and also written under $OUT (when set) as <stage>.log.
+set -uo pipefail
+B=${B:-.gpu/tensorfold}
+W=${WORK:-/tmp/tfgpu}
+export TENSORFOLD_CACHE=$W/cache TENSORFOLD_BIN=$B
+mkdir -p "$W" "${OUT:-$W/out}"
+OUTD=${OUT:-$W/out}
+log() { echo "== $* ($(date +%T))"; }
+stage_synth() {
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  [ -f $W/smol/config.json ] || $B synth --like smollm2 --seed 1 --out $W/smol --tokenizer-from .gpu/tok
+  [ -f $W/l8b/config.json ] || $B synth --like llama3-8b --seed 1 --out $W/l8b --tokenizer-from .gpu/tok
+}
+stage_contract() { $B contract --device cuda --like all; echo "contract rc=$?"; }
+stage_check() {
+  $B check exact -m $W/smol --device cuda; echo "check smol rc=$?"
+  $B check exact -m $W/l8b --device cuda --tokens 320; echo "check l8b rc=$?"
+}
+stage_judge() {
+  H=tools/reference/history/history.json
+  for m in smol l8b; do
+    python3 tools/reference/hf_logits.py --model $W/$m --history $H --device cuda \
+      --out $W/ref_$m.json --full-out $W/ref_$m.bin >/dev/null || echo "hf_logits $m failed"
+  done
+  $B judge -m $W/smol --device cuda --reference $W/ref_smol.json --reference-logits $W/ref_smol.bin \
+    --max-positions 1024 --f64 --threads 16 | tail -4; echo "judge smol rc=$?"
+  $B judge -m $W/l8b --device cuda --reference $W/ref_l8b.json --reference-logits $W/ref_l8b.bin \
+    --max-positions 1024 | tail -4; echo "judge l8b rc=$?"
+}
+stage_bench() {
+  $B bench -m $W/l8b --device cuda --pp 128 --tg 256 --reps 3
+  for pp in 2048 8192 32768; do $B bench -m $W/l8b --device cuda --pp $pp --tg 0 --reps 2; done
+}
+stage_peer() { python3 .gpu/torch_peer.py --ckpt $W/l8b --prefill 2048,8192,32768; }
+stage_serve() {
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+  python3 tools/bench_concurrent.py --levels 1,4,16 --alone --serial --max-tokens 32 \
+    --model $W/l8b --serve-args "--device cuda"; echo "bench_concurrent rc=$?"
+}
+for s in "$@"; do
+  log "$s"
+  "stage_$s" 2>&1 | tee "$OUTD/$s.log"
+done
+log done
