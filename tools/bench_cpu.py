@@ -34,19 +34,31 @@ def run_tensorfold(binary, model, pp, tg, threads):
     return rec["pp_tok_s"], rec["tg_tok_s"]
 
 
+def last_logits_argmax(llm, vocab):
+    """Greedy choice from the logits of the last evaluated token, read through the C API.
+
+    With logits_all=False, llama-cpp-python 0.3.x never copies logits into `llm.scores` (its
+    `eval` leaves them in the context; `scores` is also only n_batch rows long, so indexing it
+    by position fails past the first batch): read the context's last output row instead.
+    """
+    import llama_cpp
+    import numpy as np
+    ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+    return int(np.ctypeslib.as_array(ptr, shape=(vocab,)).argmax())
+
+
 def run_llamacpp(llm, vocab, pp, tg):
     prompt = [(i * 7919 + 13) % vocab for i in range(pp)]
     llm.reset()
     t0 = time.perf_counter()
     llm.eval(prompt)
+    tok = last_logits_argmax(llm, vocab)
     t1 = time.perf_counter()
-    tok = int(llm.scores[llm.n_tokens - 1].argmax())
-    t2 = time.perf_counter()
-    for _ in range(tg - 1):
+    for _ in range(tg):
         llm.eval([tok])
-        tok = int(llm.scores[llm.n_tokens - 1].argmax())
-    t3 = time.perf_counter()
-    return pp / (t1 - t0), (tg - 1) / (t3 - t2)
+        tok = last_logits_argmax(llm, vocab)
+    t2 = time.perf_counter()
+    return pp / (t1 - t0), tg / (t2 - t1)
 
 
 def main():
@@ -59,9 +71,17 @@ def main():
     ap.add_argument("--tg", type=int, default=128)
     a = ap.parse_args()
     model = a.model or default_model()
+    load0 = os.getloadavg()[0]
+    print(f"load average before: {load0:.2f} ({os.cpu_count()} CPUs)", flush=True)
+    if load0 > 0.5:
+        # llama.cpp's OpenMP threads spin at barriers: with another process on the cores a
+        # descheduled thread stalls the rest, so a busy machine slows it far more than
+        # tensorfold and the ratios are meaningless (seen: ~40 pp512 / ~5 tg128 at load 6).
+        print("WARNING: the machine is busy; take the receipt on a quiet machine", flush=True)
     from llama_cpp import Llama, __version__ as lcpp_version
-    llm = Llama(model_path=model, n_threads=a.threads, n_threads_batch=a.threads, n_ctx=a.pp + a.tg + 8,
-                n_batch=a.pp, verbose=False)
+    n_ctx = max(1024, a.pp + a.tg + 8)
+    llm = Llama(model_path=model, n_threads=a.threads, n_threads_batch=a.threads, n_ctx=n_ctx,
+                n_batch=a.pp, n_ubatch=a.pp, logits_all=False, verbose=False)
     vocab = llm.n_vocab()
     res = {"tensorfold": {"pp": [], "tg": []}, "llama.cpp": {"pp": [], "tg": []}}
     for r in range(a.rounds):
@@ -74,6 +94,7 @@ def main():
         res["llama.cpp"]["tg"].append(tg)
         print(f"round {r} B llama.cpp   pp{a.pp} {pp:8.1f} tok/s  tg{a.tg} {tg:7.1f} tok/s", flush=True)
     med = {k: {m: statistics.median(v[m]) for m in v} for k, v in res.items()}
+    print(f"load average after: {os.getloadavg()[0]:.2f}", flush=True)
     print(f"\nmedians over {a.rounds} rounds ({a.threads} threads, {os.path.basename(model)}, "
           f"llama-cpp-python {lcpp_version}):")
     for k in med:

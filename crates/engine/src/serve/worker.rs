@@ -5,7 +5,9 @@
 //! Each step's rows come from `scheduler::schedule`; each sampled token's draw is keyed by
 //! (seed, absolute position), so neither the step mix nor the prompt cache changes a token.
 //! Cancellation (a `CancelToken`, or the client's event receiver dropped) frees the lane and
-//! its blocks at the next step.
+//! its blocks at the next step. The rows' next tokens are chosen after the forward pass, the
+//! costly ones (sampling sorts the vocabulary) on scoped threads when several sequences
+//! sample in one step; each token is a pure function of its own lane and logits row.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -274,8 +276,11 @@ impl<B: Backend> Worker<B> {
         }
     }
 
-    /// Moves waiting requests into free lanes while blocks allow.
+    /// Moves waiting requests into free lanes while blocks allow. The stats are published
+    /// before the `Started` events go out, so a client that saw `Started` (and `/metrics`
+    /// during the first step, which may be a long prefill chunk) sees the lane as running.
     fn admit(&mut self) {
+        let first = self.lanes.len();
         while self.lanes.len() < self.cfg.parallel {
             let Some(job) = self.waiting.pop_front() else { break };
             let prompt = job.req.prompt.clone();
@@ -292,7 +297,6 @@ impl<B: Backend> Worker<B> {
             };
             self.shared.waiting.fetch_sub(1, Ordering::Relaxed);
             let cached_tokens = reused.len() * self.cfg.block_size;
-            let _ = job.tx.send(Event::Started { cached_tokens });
             let table = reused.into_iter().chain(fresh).collect();
             let prompt_len = prompt.len();
             self.lanes.push(Lane {
@@ -303,6 +307,12 @@ impl<B: Backend> Worker<B> {
                 table,
                 cached_tokens,
             });
+        }
+        if self.lanes.len() > first {
+            self.publish();
+            for lane in &self.lanes[first..] {
+                let _ = lane.job.tx.send(Event::Started { cached_tokens: lane.cached_tokens });
+            }
         }
     }
 
@@ -338,21 +348,24 @@ impl<B: Backend> Worker<B> {
             Err(e) => return self.fail_all(&e.to_string()),
         };
         let vocab = self.model.spec().vocab_size;
-        let mut done: Vec<(usize, Finish)> = Vec::new();
-        let mut row = 0;
+        // (lane, logits row) of each piece that chooses a next token, in logits-row order.
+        let mut picks: Vec<(usize, usize)> = Vec::new();
         for p in &plan.pieces {
             let lane = &mut self.lanes[p.lane];
             lane.computed += p.len;
             if lane.computed == lane.prompt_len && lane.job.req.use_prompt_cache {
                 self.blocks.register(&lane.tokens[..lane.computed], &lane.table);
             }
-            if !p.wants_logits {
-                continue;
+            if p.wants_logits {
+                picks.push((p.lane, picks.len()));
             }
-            let l = &logits[row * vocab..(row + 1) * vocab];
-            row += 1;
-            if let Some(f) = sample_into(lane, l) {
-                done.push((p.lane, f));
+        }
+        let rows = |r: usize| &logits[r * vocab..(r + 1) * vocab];
+        let tokens = pick_all(&self.lanes, &picks, rows);
+        let mut done: Vec<(usize, Finish)> = Vec::new();
+        for (&(i, _), tok) in picks.iter().zip(tokens) {
+            if let Some(f) = accept(&mut self.lanes[i], tok) {
+                done.push((i, f));
             }
         }
         done.sort_by_key(|d| std::cmp::Reverse(d.0));
@@ -397,11 +410,70 @@ impl<B: Backend> Worker<B> {
     }
 }
 
-/// Samples the lane's next token from its logits row; returns how it finished, if it did.
-fn sample_into(lane: &mut Lane, logits: &[f32]) -> Option<Finish> {
+/// The lane's next token from its logits row (a pure function of the lane and the row).
+fn pick(lane: &Lane, logits: &[f32]) -> u32 {
     let pos = lane.tokens.len();
     let (prompt, output) = lane.tokens.split_at(lane.prompt_len);
-    let tok = lane.job.sampler.sample(logits, prompt, output, pos as u64);
+    lane.job.sampler.sample(logits, prompt, output, pos as u64)
+}
+
+/// Whether choosing the lane's token costs more than a scan of the row (a softmax and a sort
+/// of the vocabulary, ~1-3 ms at 49k entries, against ~30 us for greedy argmax).
+fn costly(lane: &Lane) -> bool {
+    let p = &lane.job.sampler.params;
+    p.temperature != 0.0
+        || p.repetition_penalty != 1.0
+        || p.presence_penalty != 0.0
+        || p.frequency_penalty != 0.0
+}
+
+/// The next token of each `(lane, logits row)` in `picks`, in order. Rows whose sampling is
+/// costly are shared among scoped threads when there are two or more of them: the engine
+/// thread would otherwise sort the vocabulary once per sampled sequence, one after another,
+/// while the backend's threads wait. Each token is `pick`'s pure function of its own lane
+/// and row, so which thread computes it changes no token (`concurrent == solo`).
+fn pick_all<'a>(
+    lanes: &[Lane],
+    picks: &[(usize, usize)],
+    rows: impl Fn(usize) -> &'a [f32] + Sync,
+) -> Vec<u32> {
+    let costly_rows = picks.iter().filter(|&&(i, _)| costly(&lanes[i])).count();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(costly_rows);
+    if threads < 2 {
+        return picks.iter().map(|&(i, r)| pick(&lanes[i], rows(r))).collect();
+    }
+    // Costly picks dealt round-robin to the threads; cheap ones stay on this thread.
+    let mut share: Vec<Vec<usize>> = vec![Vec::new(); threads];
+    let mut dealt = 0;
+    for (k, &(i, _)) in picks.iter().enumerate() {
+        if costly(&lanes[i]) {
+            share[dealt % threads].push(k);
+            dealt += 1;
+        } else {
+            share[0].push(k);
+        }
+    }
+    let run = |ks: &[usize]| -> Vec<(usize, u32)> {
+        ks.iter().map(|&k| (k, pick(&lanes[picks[k].0], rows(picks[k].1)))).collect()
+    };
+    let mut out = vec![0u32; picks.len()];
+    std::thread::scope(|scope| {
+        let run = &run;
+        let handles: Vec<_> = share[1..].iter().map(|ks| scope.spawn(move || run(ks))).collect();
+        let mut all = run(&share[0]);
+        for h in handles {
+            // A panic in `pick` is a sampler bug; re-raise it on the engine thread.
+            all.extend(h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
+        }
+        for (k, tok) in all {
+            out[k] = tok;
+        }
+    });
+    out
+}
+
+/// Appends a chosen token to the lane and sends it; returns how the lane finished, if it did.
+fn accept(lane: &mut Lane, tok: u32) -> Option<Finish> {
     if lane.job.req.stop_tokens.contains(&tok) {
         return Some(Finish::Stop);
     }

@@ -6,25 +6,42 @@
 //! the output type. It depends on `k` alone, so a row's result is the same in a call of 1 row
 //! or 512, and the SIMD levels agree bit for bit.
 //!
-//! - `gemv_*` (≤ 4 rows, decode): weights are decoded in registers chunk by chunk and used at
-//!   once by every row, 4 columns interleaved for instruction-level parallelism; memory
-//!   bandwidth bound, so it prefetches the weight rows two 4-column groups ahead (the hardware
-//!   prefetcher alone left a whole-model decode 1.4-1.6x slower).
-//! - `gemm_*` (> 4 rows, prefill): a thread decodes a panel of up to `GEMM_COLS` columns to
+//! - `gemv_*` (few rows: decode steps, up to 8 sequences with a 32-register ISA): weights are
+//!   decoded in registers chunk by chunk and used at once by every row, 4 columns interleaved
+//!   for instruction-level parallelism (2 columns above 4 rows, to keep `rows x columns`
+//!   accumulators plus the rows' inputs in registers); memory bandwidth bound at 1 row, so it
+//!   prefetches the weight rows `PREFETCH_COLS` columns ahead (the hardware prefetcher alone
+//!   left a whole-model decode 1.4-1.6x slower).
+//! - `gemm_*` (more rows, prefill): a thread decodes a panel of up to `GEMM_COLS` columns to
 //!   f32 scratch once (a few dozen KiB, L2-resident), then a register-blocked micro-kernel
 //!   (`MR` rows x `NR` columns of accumulators) sweeps all rows over it; compute bound.
+//!
+//! Rejected: the panel GEMM for 5-8 rows (what batched decode of 5-8 sequences needs). It
+//! writes each decoded weight to memory and reads it back per 4-row tile, and the per-row
+//! arithmetic it saves over the fused kernel is small; measured on Zen 4 (2 threads), the
+//! Q8_0 lm_head [49152x576] took 4.8 ms at 4 rows (fused) but 13.0 ms at 5 and 18.2 ms at 8
+//! (panel), which capped an 8-sequence decode step at ~2.6x the throughput of one sequence.
 
 use super::super::simd::Simd;
 use super::formats::Format;
 
-/// Rows up to which the fused kernel is used.
-pub(crate) const GEMV_MAX_ROWS: usize = 4;
+/// Rows up to which the fused kernel is used, by the ISA's register file: 8 rows x 2
+/// columns of accumulators plus 8 input vectors need 32 vector registers (AVX-512, whose
+/// GEMM tile is 4x4); with 16 (AVX2, NEON, whose tile is 2x2) the fused kernel stops at 4.
+#[inline(always)]
+pub(crate) fn gemv_max_rows<S: Simd>() -> usize {
+    if S::GEMM_MR * S::GEMM_NR >= 16 {
+        8
+    } else {
+        4
+    }
+}
 /// Columns per work item (and per decoded panel) of the GEMM.
 pub(crate) const GEMM_COLS: usize = 16;
 /// Columns per work item of the GEMV.
 pub(crate) const GEMV_COLS: usize = 32;
-/// How many 4-column groups ahead the GEMV prefetches weights.
-const PREFETCH_GROUPS: usize = 2;
+/// How many columns (weight rows) ahead the GEMV prefetches weights.
+const PREFETCH_COLS: usize = 8;
 
 /// How the final f32 value is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,37 +107,48 @@ impl Job {
     }
 }
 
-/// Columns `n0..n1` of a product of at most 4 rows.
+/// Columns `n0..n1` of a product of at most `gemv_max_rows::<S>()` rows.
 ///
 /// # Safety
-/// `j` describes valid buffers, `n1 <= j.n`, `j.rows <= 4`, and this thread owns the columns.
+/// `j` describes valid buffers, `n1 <= j.n`, `1 <= j.rows <= gemv_max_rows::<S>()`, and this
+/// thread owns the columns.
 #[inline(always)]
 pub(crate) unsafe fn gemv_range<S: Simd, F: Format>(s: S, j: &Job, n0: usize, n1: usize) {
     // SAFETY: forwarded from the caller.
     unsafe {
         match j.rows {
-            1 => gemv_rows::<S, F, 1>(s, j, n0, n1),
-            2 => gemv_rows::<S, F, 2>(s, j, n0, n1),
-            3 => gemv_rows::<S, F, 3>(s, j, n0, n1),
-            _ => gemv_rows::<S, F, 4>(s, j, n0, n1),
+            1 => gemv_rows::<S, F, 1, 4>(s, j, n0, n1),
+            2 => gemv_rows::<S, F, 2, 4>(s, j, n0, n1),
+            3 => gemv_rows::<S, F, 3, 4>(s, j, n0, n1),
+            4 => gemv_rows::<S, F, 4, 4>(s, j, n0, n1),
+            5 => gemv_rows::<S, F, 5, 2>(s, j, n0, n1),
+            6 => gemv_rows::<S, F, 6, 2>(s, j, n0, n1),
+            7 => gemv_rows::<S, F, 7, 2>(s, j, n0, n1),
+            _ => gemv_rows::<S, F, 8, 2>(s, j, n0, n1),
         }
     }
 }
 
+/// Rows `R` (all of them), columns in groups of `CN`, then one by one.
 #[inline(always)]
-unsafe fn gemv_rows<S: Simd, F: Format, const R: usize>(s: S, j: &Job, n0: usize, n1: usize) {
+unsafe fn gemv_rows<S: Simd, F: Format, const R: usize, const CN: usize>(
+    s: S,
+    j: &Job,
+    n0: usize,
+    n1: usize,
+) {
     // The weights stream from memory (decode reads each once per token): prefetch this work
-    // item's first groups now; `gemv_cols` keeps PREFETCH_GROUPS groups ahead from there.
+    // item's first columns now; `gemv_cols` keeps PREFETCH_COLS columns ahead from there.
     let first = j.w.wrapping_add(n0 * j.row_bytes);
-    let len = (4 * PREFETCH_GROUPS).min(n1 - n0) * j.row_bytes;
+    let len = PREFETCH_COLS.min(n1 - n0) * j.row_bytes;
     for off in (0..len).step_by(64) {
         s.prefetch(first.wrapping_add(off));
     }
     let mut n = n0;
-    while n + 4 <= n1 {
-        // SAFETY: columns n..n+4 are within the caller's range.
-        unsafe { gemv_cols::<S, F, R, 4>(s, j, n) };
-        n += 4;
+    while n + CN <= n1 {
+        // SAFETY: columns n..n+CN are within the caller's range.
+        unsafe { gemv_cols::<S, F, R, CN>(s, j, n) };
+        n += CN;
     }
     while n < n1 {
         // SAFETY: column n is within the caller's range.
@@ -142,10 +170,10 @@ unsafe fn gemv_cols<S: Simd, F: Format, const R: usize, const CN: usize>(s: S, j
         *p = unsafe { j.w.add((n0 + c) * j.row_bytes) };
     }
     let nblocks = j.k / F::BLOCK;
-    // Prefetch the same offset PREFETCH_GROUPS groups of CN rows on, one line per 64 bytes
-    // consumed. (Measured: decode of the whole model 1.4-1.6x faster than with the hardware
-    // prefetcher alone, which stops at page boundaries and ramps up per stream.)
-    let ahead = CN * j.row_bytes * PREFETCH_GROUPS;
+    // Prefetch the same offset PREFETCH_COLS rows on, one line per 64 bytes consumed.
+    // (Measured: decode of the whole model 1.4-1.6x faster than with the hardware prefetcher
+    // alone, which stops at page boundaries and ramps up per stream.)
+    let ahead = PREFETCH_COLS * j.row_bytes;
     for b in 0..nblocks {
         let mut blk = rowp;
         for p in blk.iter_mut() {

@@ -7,6 +7,8 @@
 
 pub(crate) mod formats;
 pub(crate) mod kernels;
+#[cfg(test)]
+mod rows;
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,7 +19,7 @@ use super::weight::CpuWeight;
 use super::CpuBackend;
 use crate::error::{BackendError, Result};
 use formats::{with_format, Format};
-use kernels::{Job, OutKind, GEMM_COLS, GEMV_COLS, GEMV_MAX_ROWS};
+use kernels::{gemv_max_rows, Job, OutKind, GEMM_COLS, GEMV_COLS};
 
 /// Products smaller than this many multiply-adds run on the calling thread alone.
 const PARALLEL_MIN_MACS: usize = 1 << 16;
@@ -159,7 +161,8 @@ impl<F: Format> Kernel for Worker<'_, F> {
     #[inline(always)]
     fn run<S: Simd>(self, s: S) {
         let j = self.job;
-        let cols = if j.rows <= GEMV_MAX_ROWS { GEMV_COLS } else { GEMM_COLS };
+        let fused = j.rows <= gemv_max_rows::<S>();
+        let cols = if fused { GEMV_COLS } else { GEMM_COLS };
         loop {
             let n0 = self.next.fetch_add(1, Ordering::Relaxed) * cols;
             if n0 >= j.n {
@@ -169,7 +172,7 @@ impl<F: Format> Kernel for Worker<'_, F> {
             // SAFETY: the driver checked every shape against the buffers behind `j`, and the
             // atomic counter hands each column range to exactly one thread.
             unsafe {
-                if j.rows <= GEMV_MAX_ROWS {
+                if fused {
                     kernels::gemv_range::<S, F>(s, j, n0, n1);
                 } else {
                     kernels::gemm_range::<S, F>(s, j, n0, n1, self.panel);
