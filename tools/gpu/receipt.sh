@@ -5,7 +5,7 @@
 #   .gpu/tok/              tokenizer.json + tokenizer_config.json from any `synth --like smollm2`
 #   .gpu/torch_peer.py     ../shared/peers/torch_peer.py
 #   .whl/                  openai and its pure-Python deps (cp312 wheels), for bench_concurrent
-# Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge bench peer serve
+# Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge yardstick bench peer serve
 # Everything is printed and also written under $OUT (when set) as <stage>.log.
 set -uo pipefail
 B=${B:-.gpu/tensorfold}
@@ -34,6 +34,19 @@ stage_judge() {
     --max-positions 1024 --f64 --threads 16 | tail -4; echo "judge smol rc=$?"
   $B judge -m $W/l8b --device cuda --reference $W/ref_l8b.json --reference-logits $W/ref_l8b.bin \
     --max-positions 1024 | tail -4; echo "judge l8b rc=$?"
+}
+# How far HF is from itself on the same card (eager vs sdpa attention): the yardstick that
+# says what the judge's figures above mean on random-weight checkpoints.
+stage_yardstick() {
+  H=tools/reference/history/history.json
+  for m in smol l8b; do
+    for attn in sdpa eager; do
+      python3 tools/reference/hf_logits.py --model $W/$m --history $H --device cuda --attn $attn \
+        --out $W/y_${m}_$attn.json --full-out $W/y_${m}_$attn.bin >/dev/null || echo "hf_logits $m $attn failed"
+    done
+    $B judge -m $W/$m --reference $W/y_${m}_sdpa.json --reference-logits $W/y_${m}_sdpa.bin \
+      --candidate $W/y_${m}_eager.json --candidate-logits $W/y_${m}_eager.bin --max-positions 1024 | tail -1
+  done
 }
 stage_bench() {
   $B bench -m $W/l8b --device cuda --pp 128 --tg 256 --reps 3
