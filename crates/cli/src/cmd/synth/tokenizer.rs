@@ -40,9 +40,14 @@ pub struct SynthTokenizer {
 /// Writes `tokenizer.json` and `tokenizer_config.json` into `out`: the tokenizer of `source`
 /// padded to `vocab` ids, checked by loading it back.
 pub fn write(source: &Path, vocab: usize, out: &Path) -> Result<SynthTokenizer> {
-    let (codec, template) = load_source(source)?;
-    let base: Json = serde_json::from_str(&codec.to_tokenizer_json()?)
-        .context("re-reading the serialized tokenizer")?;
+    let (codec, template, raw) = load_source(source)?;
+    // A carried tokenizer.json is taken as written (its post-processor included), so a synth
+    // fed its own earlier output writes the same bytes; a GGUF vocabulary is serialized anew.
+    let text = match raw {
+        Some(text) => text,
+        None => codec.to_tokenizer_json()?,
+    };
+    let base: Json = serde_json::from_str(&text).context("re-reading the serialized tokenizer")?;
     let (padded, source_vocab) = pad_tokenizer(base, vocab)
         .with_context(|| format!("padding the tokenizer of {}", source.display()))?;
     let tokenizer_json = serde_json::to_string(&padded)?;
@@ -56,8 +61,8 @@ pub fn write(source: &Path, vocab: usize, out: &Path) -> Result<SynthTokenizer> 
     })
 }
 
-/// The source's tokenizer and chat template.
-fn load_source(path: &Path) -> Result<(TextCodec, Option<String>)> {
+/// The source's tokenizer, chat template, and its tokenizer.json text when it has one.
+fn load_source(path: &Path) -> Result<(TextCodec, Option<String>, Option<String>)> {
     let (json, dir): (PathBuf, PathBuf) = if path.is_dir() {
         (path.join("tokenizer.json"), path.to_path_buf())
     } else if path.extension().is_some_and(|e| e == "json") {
@@ -67,7 +72,7 @@ fn load_source(path: &Path) -> Result<(TextCodec, Option<String>)> {
             .with_context(|| format!("reading the tokenizer of {}", path.display()))?;
         let codec = TextCodec::from_source(&ckpt.tokenizer)
             .with_context(|| format!("building the tokenizer of {}", path.display()))?;
-        return Ok((codec, ckpt.chat_template));
+        return Ok((codec, ckpt.chat_template, None));
     };
     if !json.is_file() {
         bail!("--tokenizer-from {}: {} not found", path.display(), json.display());
@@ -77,7 +82,9 @@ fn load_source(path: &Path) -> Result<(TextCodec, Option<String>)> {
         .with_context(|| format!("loading {}", json.display()))?;
     let template = tf_checkpoint::safetensors::chat_template(&dir)
         .with_context(|| format!("reading the chat template in {}", dir.display()))?;
-    Ok((codec, template))
+    let raw =
+        std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?;
+    Ok((codec, template, Some(raw)))
 }
 
 /// Drops earlier synth pads from `tok` (a parsed `tokenizer.json`), then appends special
