@@ -20,6 +20,37 @@ impl KvGeometry {
         2 * self.layers * self.block_size * self.kv_heads * self.head_dim * 2
     }
 
+    /// Checks that a step fits this pool: `layer` exists, the batch's block size is the pool's,
+    /// and `max_block` (the highest block id any row reaches, if any) lies inside the pool.
+    /// Shared by every backend's `kv_store` and `attention`.
+    pub fn check_batch(
+        &self,
+        op: &'static str,
+        layer: usize,
+        meta: &BatchMeta,
+        max_block: Option<u32>,
+    ) -> Result<()> {
+        if layer >= self.layers {
+            return Err(BackendError::shape(op, format!("layer {layer} of {}", self.layers)));
+        }
+        if meta.block_size != self.block_size {
+            return Err(BackendError::shape(
+                op,
+                format!(
+                    "batch block_size {} but the pool's is {}",
+                    meta.block_size, self.block_size
+                ),
+            ));
+        }
+        if let Some(b) = max_block.filter(|&b| b as usize >= self.num_blocks) {
+            return Err(BackendError::shape(
+                op,
+                format!("block {b} of a pool of {}", self.num_blocks),
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks an attention call's geometry against the pool: `q` is `(rows, heads * head_dim)`
     /// and the query heads group evenly over this pool's kv heads. Shared by every backend.
     pub fn check_attention(

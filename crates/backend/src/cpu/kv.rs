@@ -65,26 +65,7 @@ impl CpuKv {
         layer: usize,
         batch: &CpuBatch,
     ) -> Result<()> {
-        let g = &self.geom;
-        if layer >= g.layers {
-            return Err(BackendError::shape(op, format!("layer {layer} of {}", g.layers)));
-        }
-        if batch.meta.block_size != g.block_size {
-            return Err(BackendError::shape(
-                op,
-                format!(
-                    "batch block_size {} but the pool's is {}",
-                    batch.meta.block_size, g.block_size
-                ),
-            ));
-        }
-        if let Some(b) = batch.max_block.filter(|&b| b as usize >= g.num_blocks) {
-            return Err(BackendError::shape(
-                op,
-                format!("block {b} of a pool of {}", g.num_blocks),
-            ));
-        }
-        Ok(())
+        self.geom.check_batch(op, layer, &batch.meta, batch.max_block)
     }
 
     /// Writes each row's k and v into its slot of `layer`.

@@ -240,26 +240,7 @@ impl CudaKv {
         layer: usize,
         batch: &CudaBatch,
     ) -> Result<()> {
-        let g = &self.geom;
-        if layer >= g.layers {
-            return Err(BackendError::shape(op, format!("layer {layer} of {}", g.layers)));
-        }
-        if batch.meta.block_size != g.block_size {
-            return Err(BackendError::shape(
-                op,
-                format!(
-                    "batch block_size {} but the pool's is {}",
-                    batch.meta.block_size, g.block_size
-                ),
-            ));
-        }
-        if let Some(b) = batch.max_block.filter(|&b| b as usize >= g.num_blocks) {
-            return Err(BackendError::shape(
-                op,
-                format!("block {b} of a pool of {}", g.num_blocks),
-            ));
-        }
-        Ok(())
+        self.geom.check_batch(op, layer, &batch.meta, batch.max_block)
     }
 }
 

@@ -67,20 +67,8 @@ impl F64Kv {
 
     /// Checks the layer, the block size and every block any row of `batch` reaches.
     fn check_batch(&self, op: &'static str, layer: usize, batch: &F64Batch) -> Result<()> {
-        let g = &self.geom;
-        if layer >= g.layers {
-            return Err(BackendError::shape(op, format!("layer {layer} of {}", g.layers)));
-        }
-        if batch.meta.block_size != g.block_size {
-            return Err(BackendError::shape(
-                op,
-                format!(
-                    "batch block_size {} but the pool's is {}",
-                    batch.meta.block_size, g.block_size
-                ),
-            ));
-        }
-        batch.meta.validate(Some(g.num_blocks))
+        self.geom.check_batch(op, layer, &batch.meta, None)?;
+        batch.meta.validate(Some(self.geom.num_blocks))
     }
 
     /// Writes each row's k and v into its slot of `layer`.
