@@ -5,7 +5,10 @@
 #   .gpu/tok/              tokenizer.json + tokenizer_config.json from any `synth --like smollm2`
 #   .gpu/torch_peer.py     ../shared/peers/torch_peer.py
 #   .whl/                  openai and its pure-Python deps (cp312 wheels), for bench_concurrent
-# Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge yardstick bench peer serve
+# Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge yardstick yardsticks
+#        bench peer serve conc big summary
+# (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
+# model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written under $OUT (when set) as <stage>.log.
 set -uo pipefail
 B=${B:-.gpu/tensorfold}
@@ -52,7 +55,24 @@ stage_bench() {
   $B bench -m $W/l8b --device cuda --pp 128 --tg 256 --reps 3
   for pp in 2048 8192 32768; do $B bench -m $W/l8b --device cuda --pp $pp --tg 0 --reps 2; done
 }
-stage_peer() { python3 .gpu/torch_peer.py --ckpt $W/l8b --prefill 2048,8192,32768; }
+stage_peer() { python3 .gpu/torch_peer.py --ckpt $W/l8b --prefill 2048,8192,32768 ${PEER_ARGS:-}; }
+stage_yardsticks() { python3 tools/gpu/yardsticks.py --ckpt $W/l8b --tokens 2048,8192; }
+# Issue 6: aggregate decode at 16 and 64 streams, every reply equal to the same request alone.
+stage_conc() {
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+  python3 tools/bench_concurrent.py --levels 1,16,64 --alone --max-tokens 64 \
+    --model $W/l8b --serve-args "--device cuda"; echo "bench_concurrent rc=$?"
+}
+# The 33B geometry (~62 GiB): more than this machine's disk holds beside the rest, so its
+# shards are spread over RAM (/dev/shm) and disk with `synth --shard-dir`.
+stage_big() {
+  df -h /tmp /dev/shm | cat
+  [ -f $W/n33/config.json ] || $B synth --like nanbeige-33b --seed 1 --out $W/n33 \
+    --tokenizer-from .gpu/tok --shard-dir /dev/shm/n33 --shard-dir $W/n33s
+  python3 tools/gpu/yardsticks.py --ckpt $W/n33 --tokens 2048
+  $B bench -m $W/n33 --device cuda --pp 128 --tg 128 --reps 2
+}
+stage_summary() { python3 tools/gpu/summary.py "$OUTD"; }
 stage_serve() {
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
   python3 tools/bench_concurrent.py --levels 1,4,16 --alone --serial --max-tokens 32 \

@@ -20,12 +20,17 @@ fn model() -> PathBuf {
 }
 
 fn synth(out: &Path, seed: u64, tokenizer_from: &Path) {
+    synth_with(out, seed, tokenizer_from, &[]);
+}
+
+fn synth_with(out: &Path, seed: u64, tokenizer_from: &Path, extra: &[&std::ffi::OsStr]) {
     let out = Command::new(env!("CARGO_BIN_EXE_tensorfold"))
         .args(["synth", "--like", "smollm2", "--layers", "2", "--seed", &seed.to_string()])
         .arg("--out")
         .arg(out)
         .arg("--tokenizer-from")
         .arg(tokenizer_from)
+        .args(extra)
         .output()
         .unwrap();
     assert!(out.status.success(), "synth failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -97,4 +102,24 @@ fn synth_is_deterministic_and_loads() {
     argmaxes.sort_unstable();
     argmaxes.dedup();
     assert!(argmaxes.len() >= tokens.len() / 2, "argmax barely depends on the input");
+}
+
+/// `--shard-dir`: the weights live in the spread directory, --out links to them, and the
+/// checkpoint read through the link has the same bytes as one written in place.
+#[test]
+fn shard_dirs_hold_the_bytes_and_out_links_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (plain, linked, spread) =
+        (tmp.path().join("plain"), tmp.path().join("linked"), tmp.path().join("spread"));
+    let gguf = model();
+    synth(&plain, 3, &gguf);
+    let flag = std::ffi::OsStr::new("--shard-dir");
+    synth_with(&linked, 3, &gguf, &[flag, spread.as_os_str()]);
+    // A second run over the same directories replaces the links instead of failing on them.
+    synth_with(&linked, 3, &gguf, &[flag, spread.as_os_str()]);
+    let link = linked.join("model.safetensors");
+    assert!(link.symlink_metadata().unwrap().file_type().is_symlink(), "not a link");
+    assert!(spread.join("model.safetensors").is_file(), "no shard in the spread directory");
+    assert!(files(&plain) == files(&linked), "bytes differ through the link");
+    assert_eq!(Checkpoint::open(&linked).unwrap().spec.num_hidden_layers, 2);
 }

@@ -143,6 +143,11 @@ pub struct SynthArgs {
     /// Threads generating weights (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Spread the shard files round-robin over these directories (repeat the flag) and put
+    /// symbolic links to them in --out: for a checkpoint no single filesystem holds, e.g.
+    /// `--shard-dir /dev/shm/x --shard-dir /tmp/x` for the 62 GiB nanbeige-33b geometry.
+    #[arg(long = "shard-dir")]
+    pub shard_dirs: Vec<PathBuf>,
 }
 
 pub fn run(a: SynthArgs) -> Result<()> {
@@ -181,7 +186,11 @@ pub fn run(a: SynthArgs) -> Result<()> {
         .num_threads(a.threads.unwrap_or(0))
         .build()
         .context("starting the writer threads")?;
-    let bytes = pool.install(|| weights::write_shards(&a.out, a.seed, &tensors, &shards))?;
+    for d in &a.shard_dirs {
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
+    let dirs = weights::ShardDirs { out: &a.out, spread: &a.shard_dirs };
+    let bytes = pool.install(|| weights::write_shards(&dirs, a.seed, &tensors, &shards))?;
     let secs = start.elapsed().as_secs_f64();
     println!(
         "wrote {}: {} tensors in {} file(s), {bytes} bytes ({:.2} GiB) in {secs:.1}s ({:.2} GB/s)",
@@ -233,6 +242,7 @@ fn write_json(path: &Path, v: &Json) -> Result<()> {
 
 /// Removes `model.safetensors`, `model-*-of-*.safetensors` (and their `.part` leftovers) and
 /// the index from `dir`: readers prefer a single file to an index, so a stale one would win.
+/// Symbolic links of an earlier `--shard-dir` run are removed too (not what they point to).
 fn remove_stale_weights(dir: &Path) -> Result<()> {
     for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
         let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
@@ -243,7 +253,7 @@ fn remove_stale_weights(dir: &Path) -> Result<()> {
         let stale = base == "model.safetensors"
             || base == "model.safetensors.index.json"
             || (shard && base.ends_with(".safetensors"));
-        if stale && entry.file_type().is_ok_and(|t| t.is_file()) {
+        if stale && entry.file_type().is_ok_and(|t| t.is_file() || t.is_symlink()) {
             std::fs::remove_file(entry.path())
                 .with_context(|| format!("removing {}", entry.path().display()))?;
         }

@@ -280,16 +280,33 @@ fn jobs(tensors: &[TensorPlan], shards: &[Shard]) -> Vec<Job> {
     out
 }
 
-/// Writes every shard into `dir`; returns the bytes written. Progress goes to stderr.
+/// Where shard files go: `out`, or round-robin over `spread` with links in `out`.
+pub struct ShardDirs<'a> {
+    pub out: &'a Path,
+    pub spread: &'a [PathBuf],
+}
+
+impl ShardDirs<'_> {
+    /// The directory that holds shard `k`'s bytes.
+    fn home(&self, k: usize) -> &Path {
+        if self.spread.is_empty() {
+            self.out
+        } else {
+            &self.spread[k % self.spread.len()]
+        }
+    }
+}
+
+/// Writes every shard; returns the bytes written. Progress goes to stderr.
 pub fn write_shards(
-    dir: &Path,
+    dirs: &ShardDirs<'_>,
     seed: u64,
     tensors: &[TensorPlan],
     shards: &[Shard],
 ) -> Result<u64> {
     let mut files = Vec::with_capacity(shards.len());
-    for s in shards {
-        let part = dir.join(format!("{}.part", s.file_name));
+    for (k, s) in shards.iter().enumerate() {
+        let part = dirs.home(k).join(format!("{}.part", s.file_name));
         let f = File::create(&part).with_context(|| format!("creating {}", part.display()))?;
         f.set_len(s.file_bytes()).with_context(|| format!("sizing {}", part.display()))?;
         let mut head = (s.header.len() as u64).to_le_bytes().to_vec();
@@ -320,9 +337,16 @@ pub fn write_shards(
         r
     });
     res?;
-    for ((_, part), s) in files.iter().zip(shards) {
-        let fin: PathBuf = dir.join(&s.file_name);
+    for (k, ((_, part), s)) in files.iter().zip(shards).enumerate() {
+        let fin: PathBuf = dirs.home(k).join(&s.file_name);
         std::fs::rename(part, &fin).with_context(|| format!("renaming to {}", fin.display()))?;
+        if !dirs.spread.is_empty() {
+            let link = dirs.out.join(&s.file_name);
+            let target = std::path::absolute(&fin)
+                .with_context(|| format!("resolving {}", fin.display()))?;
+            std::os::unix::fs::symlink(&target, &link)
+                .with_context(|| format!("linking {} to {}", link.display(), target.display()))?;
+        }
     }
     Ok(total)
 }
