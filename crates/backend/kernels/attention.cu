@@ -1,136 +1,395 @@
-// Causal attention over the paged pool (layout in kv.cu), one kernel family for prefill
-// chunks and decode rows.
+// Causal attention over the paged pool (layout in kv.cu) on tensor cores (mma.sync m16n8k16,
+// bf16 in, f32 accumulate): one kernel family for prefill chunks and decode rows.
 //
-// Block (r, h, z) handles query row r, head h, and the KV split z: absolute positions
-// [z * SPLIT, (z + 1) * SPLIT) cut to the row's 0..=p. Inside a split, warp w takes the tiles
-// of 32 positions w, w + 4, w + 8, ... (tiles at absolute multiples of 32); per tile, lane j
-// scores position j (dot over dims 0..hd by fma in order, then * scale), and the warp updates
-// its online softmax (m, l, o) with the tile max, exp(s - m) and a chain over j in increasing
-// order for o. The 4 warps merge in order 0..3, splits in order 0..nz-1 (attention_combine).
-// Every boundary is an absolute position, so a row's bits depend on its q, its KV and p only,
-// never on the chunk it came in or the rows beside it. A row needing one split writes its
-// output directly: the combine of one split is the identity (exp(0) = 1), so the bits agree.
-#define SPLIT 512
+// Row tiles. A CTA (x, z) owns kv head g = x % kvh and the row tile that starts at row
+// b = rows - 1 - x / kvh (heavy, late tiles are scheduled first), if row b starts one: a tile is a
+// run of rows of one sequence (same row_table entry) at consecutive positions inside one
+// block of RPC = 64 / G aligned positions (G = query heads per kv head); otherwise the CTA
+// exits. Its 64 M-rows are (row i / G, head g * G + i % G); warp w takes M-rows 16w..16w+15.
+// Unused M-rows are zero q and fully masked.
+//
+// Per M-row (query row at position p), the arithmetic is fixed by p and HD alone:
+// - scores: s_j = bf16-q . bf16-k_j by mma over HD in 16-wide k steps in increasing order
+//   (acc starts at +0), then * scale; positions j > p are -inf (a select, so K past p is
+//   never used);
+// - KV tiles of TK = 64 positions at absolute multiples of 64, in increasing order, grouped in
+//   splits of S = 256 positions (absolute). Per split an online softmax from (m, l, o) =
+//   (-inf, 0, 0): tile max by fmaxf (order-free), m' = max(m, tmax), alpha = exp(m - m'),
+//   p_j = exp(s_j - m') (m' = -inf is taken as 0, so a fully masked split stays (-inf, 0, 0)),
+//   l = l * alpha + rowsum (each thread sums its 16 columns in column order, then a quad
+//   xor butterfly), o = o * alpha + P V;
+// - P V on tensor cores without losing fp32 p: p = b0 + b1 + b2 exactly (b0 = bf16(p),
+//   b1 = bf16(p - b0), b2 = bf16(p - b0 - b1)), three mmas per 16 positions (b0, b1, b2 in
+//   that order), so every product is exact and only the f32 accumulation rounds;
+// - splits merged SEQUENTIALLY: (M, L, O) = split 0 verbatim, then for z = 1, 2, ...:
+//   M' = max(M, m_z), a = exp(M - M'), c = exp(m_z - M'), L = L a + l_z c, O = O a + o_z c;
+//   out = bf16(O / L) with -0 canonicalized to +0. A prefill CTA (mode 0) merges in registers
+//   as it walks; a decode CTA (mode 1, one split per CTA) writes its split's (m, l, o) and
+//   attention_combine merges them with the same formula (explicit _rn intrinsics, so no FMA
+//   contraction can differ).
+// A row beside others that reach further sees extra tiles and splits that are fully masked
+// for it: there m' = m, alpha = exp(0) = 1, p = 0, l * 1 + 0 = l, o * 1 + (0 * v) = o (up to
+// the sign of a zero, canonicalized at the output), and a merged masked split has
+// c = exp(-inf) = 0. V (and K) rows past the tile's last valid position are loaded as ZERO
+// (cp.async zero-fill, no pool read), so stale or NaN pool memory never meets a 0 weight.
+// Rows of the same call at positions <= the tile's last one are written KV (finite in any sane
+// model; a non-finite V value written in this call would reach earlier rows as 0 * inf).
+#define TK 64
+#define SPLIT 256
 #define WARPS 4
+#define MROWS 64
 
-// Per (row, head, split) partial: m, l, then o[hd] (f32).
-template <int DPL>
-__device__ __forceinline__ void attend(
-    const bf16* __restrict__ q, const bf16* __restrict__ pool, bf16* __restrict__ out,
-    float* __restrict__ partial, const u32* __restrict__ positions,
-    const u32* __restrict__ row_table, const u32* __restrict__ tables, u32 layers, u32 layer,
-    u32 heads, u32 kvh, u32 bs, float scale) {
-    constexpr u32 HD = 32 * DPL;
-    __shared__ float qs[HD];
-    __shared__ float wm[WARPS], wl[WARPS];
-    __shared__ float wo[WARPS][HD];
-    const u32 r = blockIdx.x, h = blockIdx.y, z = blockIdx.z;
-    const u32 n = positions[r] + 1;
-    const u32 start = z * SPLIT;
-    if (start >= n) return;
-    const u32 end = min(n, start + SPLIT);
-    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const u32 g = h / (heads / kvh);
-    for (u32 d = threadIdx.x; d < HD; d += blockDim.x) qs[d] = bf2f(q[((u64)r * heads + h) * HD + d]);
-    __syncthreads();
-    const u64 plane = (u64)kvh * bs * HD;
-    const u32* table = tables + row_table[r];
-    float m = -__int_as_float(0x7f800000), l = 0.0f, o[DPL];
-#pragma unroll
-    for (int i = 0; i < DPL; i++) o[i] = 0.0f;
-    for (u32 t0 = start + 32 * warp; t0 < end; t0 += 32 * WARPS) {
-        const u32 j = t0 + lane;
-        const bool valid = j < end;
-        u64 row_at = 0;
-        float s = -__int_as_float(0x7f800000);
-        if (valid) {
-            const u64 blk = table[j / bs];
-            row_at = (blk * layers + layer) * 2 * plane + ((u64)g * bs + j % bs) * HD;
-            const uint4* kr = (const uint4*)(pool + row_at);
-            float dot = 0.0f;
-#pragma unroll 4
-            for (u32 d8 = 0; d8 < HD / 8; d8++) {
-                const uint4 kv8 = kr[d8];
-                const u32 w4[4] = {kv8.x, kv8.y, kv8.z, kv8.w};
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    dot = fmaf(qs[8 * d8 + 2 * e], __uint_as_float(w4[e] << 16), dot);
-                    dot = fmaf(qs[8 * d8 + 2 * e + 1], __uint_as_float(w4[e] & 0xffff0000u), dot);
-                }
-            }
-            s = dot * scale;
-        }
-        const float m_new = fmaxf(m, warp_max(s));
-        const float alpha = expf(m - m_new);
-        const float p = valid ? expf(s - m_new) : 0.0f;
-        l = l * alpha + warp_sum(p);
-#pragma unroll
-        for (int i = 0; i < DPL; i++) o[i] *= alpha;
-        const u32 cnt = min(32u, end - t0);
-        for (u32 jj = 0; jj < cnt; jj++) {
-            const float pj = __shfl_sync(0xffffffffu, p, jj);
-            const u64 vat = __shfl_sync(0xffffffffu, row_at, jj) + plane;
-            const bf16* vr = pool + vat + lane * DPL;
-#pragma unroll
-            for (int i = 0; i < DPL; i++) o[i] = fmaf(pj, bf2f(vr[i]), o[i]);
-        }
-        m = m_new;
-    }
-    if (lane == 0) { wm[warp] = m; wl[warp] = l; }
-#pragma unroll
-    for (int i = 0; i < DPL; i++) wo[warp][lane * DPL + i] = o[i];
-    __syncthreads();
-    // Merge the warps in order (warp 0 always holds the split's first position).
-    float mm = wm[0];
-    for (int w = 1; w < WARPS; w++) mm = fmaxf(mm, wm[w]);
-    const u32 nz = (n + SPLIT - 1) / SPLIT;
-    float* part = partial + (((u64)r * heads + h) * gridDim.z + z) * (HD + 2);
-    float ll = 0.0f;
-    float e[WARPS];
-    for (int w = 0; w < WARPS; w++) {
-        e[w] = wl[w] > 0.0f ? expf(wm[w] - mm) : 0.0f;
-        ll += wl[w] * e[w];
-    }
-    for (u32 d = threadIdx.x; d < HD; d += blockDim.x) {
-        float od = 0.0f;
-        for (int w = 0; w < WARPS; w++) od += wo[w][d] * e[w];
-        if (nz == 1) out[((u64)r * heads + h) * HD + d] = f2bf(od / ll);
-        else part[2 + d] = od;
-    }
-    if (nz > 1 && threadIdx.x == 0) { part[0] = mm; part[1] = ll; }
+__device__ __forceinline__ void mma16816(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
+                                         u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-#define ATTN_ENTRY(NAME, DPL)                                                                \
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    return (u32)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void ldsm_x4(u32* r, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(u32* r, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+
+// 16 bytes global -> shared; src_bytes 0 writes zeros without reading src.
+__device__ __forceinline__ void cp16(void* dst, const void* src, u32 src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_wait1() { asm volatile("cp.async.wait_group 1;"); }
+
+// bf16x2 of (lo, hi), round to nearest even.
+__device__ __forceinline__ u32 pack_bf2(float lo, float hi) {
+    u32 d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+__device__ __forceinline__ float lo_f(u32 x) { return __uint_as_float(x << 16); }
+__device__ __forceinline__ float hi_f(u32 x) { return __uint_as_float(x & 0xffff0000u); }
+
+// The exact three-piece split of two f32 weights (lo, hi) into bf16x2 pieces.
+__device__ __forceinline__ void split3(float lo, float hi, u32* b) {
+    b[0] = pack_bf2(lo, hi);
+    const float lo1 = __fsub_rn(lo, lo_f(b[0])), hi1 = __fsub_rn(hi, hi_f(b[0]));
+    b[1] = pack_bf2(lo1, hi1);
+    b[2] = pack_bf2(__fsub_rn(lo1, lo_f(b[1])), __fsub_rn(hi1, hi_f(b[1])));
+}
+
+// exp(x) as 2^(x log2 e): ex2.approx.f32 (not .ftz: subnormal results kept) is within 2 ulp
+// (under the contract's 2^-20), and the rounding of the scaled argument is the contract's
+// "exp2 argument scaling" term (2u |x|). exp(-inf) = +0, exp(0) = 1 exactly.
+__device__ __forceinline__ float fexp(float x) {
+    float y;
+    asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(__fmul_rn(x, 1.4426950408889634f)));
+    return y;
+}
+
+// The sequential split merge (shared with attention_combine): (M, L) <- merge with (m, l);
+// returns the factors (a, c) that O = O a + o c uses.
+__device__ __forceinline__ void merge_ml(float& M, float& L, float m, float l, float& a,
+                                        float& c) {
+    const float mn = fmaxf(M, m);
+    a = fexp(__fsub_rn(M, mn));
+    c = fexp(__fsub_rn(m, mn));
+    L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(l, c));
+    M = mn;
+}
+__device__ __forceinline__ float merge_o(float O, float o, float a, float c) {
+    return __fadd_rn(__fmul_rn(O, a), __fmul_rn(o, c));
+}
+__device__ __forceinline__ float finish(float O, float L) {
+    const float x = __fdiv_rn(O, L);
+    return x == 0.0f ? 0.0f : x;
+}
+
+struct Tile {
+    u32 b, nr, n;  // first row, rows, positions of the furthest row (its p + 1)
+};
+
+// The row tile starting at row b, or nr = 0 if row b does not start one.
+__device__ __forceinline__ Tile row_tile(const u32* positions, const u32* row_table, u32 b,
+                                         u32 rows, u32 rpc) {
+    Tile t = {b, 0, 0};
+    const u32 rt = row_table[b], p = positions[b];
+    if (b > 0 && row_table[b - 1] == rt && positions[b - 1] + 1 == p && p % rpc != 0) return t;
+    u32 e = b + 1;
+    while (e < rows && row_table[e] == rt && positions[e] == positions[e - 1] + 1 &&
+           positions[e] % rpc != 0)
+        e++;
+    t.nr = e - b;
+    t.n = positions[e - 1] + 1;
+    return t;
+}
+
+// Loads tile t's K (or V, off = plane) rows into smem (row stride HD + 8); positions >= n zero.
+template <int HD>
+__device__ __forceinline__ void load_kv(bf16* dst, const bf16* pool, const u32* table, u32 t,
+                                        u32 n, u64 base, u64 gofs, u32 bs) {
+    constexpr int C = HD / 8;  // 16-byte chunks per row
+    for (int i = threadIdx.x; i < TK * C; i += 32 * WARPS) {
+        const int r = i / C, c = i % C;
+        const u32 j = t * TK + r;
+        const bf16* src = pool;
+        u32 bytes = 0;
+        if (j < n) {
+            const u64 blk = table[j / bs];
+            src = pool + blk * base + gofs + (u64)(j % bs) * HD + c * 8;
+            bytes = 16;
+        }
+        cp16(dst + r * (HD + 8) + c * 8, src, bytes);
+    }
+}
+
+struct Args {
+    const bf16* q;
+    const bf16* pool;
+    bf16* out;
+    float* partial;
+    const u32* positions;
+    const u32* row_table;
+    const u32* tables;
+    u32 rows, layers, layer, heads, kvh, bs, mode, nsplit;
+    float scale;
+};
+
+template <int HD>
+__device__ void attend(const Args& A) {
+    constexpr int ND = HD / 8;  // 8-wide dim blocks of the output
+    constexpr int NB = TK / 8;  // 8-wide position blocks of a score tile
+    constexpr int LD = HD + 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16* qs = (bf16*)smem_raw;
+    bf16* ks = qs + MROWS * LD;
+    bf16* vs = ks + TK * LD;
+    const u32 G = A.heads / A.kvh, rpc = MROWS / G;
+    const u32 b = A.rows - 1 - blockIdx.x / A.kvh, g = blockIdx.x % A.kvh;
+    const Tile tile = row_tile(A.positions, A.row_table, b, A.rows, rpc);
+    if (tile.nr == 0) return;
+    const u32 nz = (tile.n + SPLIT - 1) / SPLIT;
+    u32 z0 = 0, z1 = nz;
+    if (A.mode == 1) {
+        z0 = blockIdx.z;
+        z1 = z0 + 1;
+        if (z0 >= nz) return;
+    }
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // q of the 64 M-rows (zero where unused).
+    for (u32 i = threadIdx.x; i < MROWS * (HD / 8); i += 32 * WARPS) {
+        const u32 mr = i / (HD / 8), c = i % (HD / 8);
+        const u32 ri = mr / G;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (ri < tile.nr)
+            v = *(const uint4*)(A.q + ((u64)(tile.b + ri) * A.heads + g * G + mr % G) * HD + c * 8);
+        *(uint4*)(qs + mr * LD + c * 8) = v;
+    }
+    // This thread's two M-rows: 16 warp + lane / 4 (+ 8); their positions (-1: unused).
+    int prow[2];
+    for (int k = 0; k < 2; k++) {
+        const u32 mr = 16 * warp + lane / 4 + 8 * k, ri = mr / G;
+        prow[k] = ri < tile.nr ? (int)A.positions[tile.b + ri] : -1;
+    }
+    const bool active = (16 * warp) / G < tile.nr;  // the warp holds a used M-row
+    const u32* table = A.tables + A.row_table[tile.b];
+    const u64 plane = (u64)A.kvh * A.bs * HD;
+    const u64 base = (u64)A.layers * 2 * plane, gofs = (u64)A.layer * 2 * plane + (u64)g * A.bs * HD;
+    const float NEG = -__int_as_float(0x7f800000);
+    float M[2] = {NEG, NEG}, L[2] = {0.0f, 0.0f}, O[ND][4];
+    float m[2], l[2], o[ND][4];
+    const u32 t0 = z0 * (SPLIT / TK), t1 = min(z1 * (SPLIT / TK), (tile.n + TK - 1) / TK);
+    load_kv<HD>(ks, A.pool, table, t0, tile.n, base, gofs, A.bs);
+    cp_commit();
+    load_kv<HD>(vs, A.pool, table, t0, tile.n, base, gofs + plane, A.bs);
+    cp_commit();
+    for (u32 t = t0; t < t1; t++) {
+        if ((t * TK) % SPLIT == 0) {  // a split starts: fresh state
+            for (int k = 0; k < 2; k++) { m[k] = NEG; l[k] = 0.0f; }
+#pragma unroll
+            for (int d = 0; d < ND; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+        }
+        cp_wait1();
+        __syncthreads();
+        float s[NB][4];
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+        if (active) {
+#pragma unroll
+            for (int k0 = 0; k0 < HD; k0 += 32) {
+                u32 qa[4], qb[4];
+                const bf16* qrow = qs + (16 * warp + (lane % 8) + ((lane / 8) % 2) * 8) * LD + k0 + (lane / 16) * 8;
+                ldsm_x4(qa, qrow);
+                ldsm_x4(qb, qrow + 16);
+#pragma unroll
+                for (int nb = 0; nb < NB; nb++) {
+                    u32 kb[4];
+                    ldsm_x4(kb, ks + (nb * 8 + lane % 8) * LD + k0 + (lane / 8) * 8);
+                    mma16816(s[nb], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
+                    mma16816(s[nb], qb[0], qb[1], qb[2], qb[3], kb[2], kb[3]);
+                }
+            }
+        }
+        __syncthreads();  // every warp is done with K
+        if (t + 1 < t1) load_kv<HD>(ks, A.pool, table, t + 1, tile.n, base, gofs, A.bs);
+        cp_commit();
+        // Online softmax of this tile, per M-row (k = 0: row lane/4, k = 1: row lane/4 + 8).
+        float alpha[2];
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            float tmax = NEG;
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int j = (int)(t * TK) + nb * 8 + (lane % 4) * 2 + e;
+                    const float v = j <= prow[k] ? __fmul_rn(s[nb][2 * k + e], A.scale) : NEG;
+                    s[nb][2 * k + e] = v;
+                    tmax = fmaxf(tmax, v);
+                }
+            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+            const float mn = fmaxf(m[k], tmax);
+            const float mu = mn == NEG ? 0.0f : mn;
+            alpha[k] = fexp(__fsub_rn(m[k], mu));
+            float sum = 0.0f;
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float p = fexp(__fsub_rn(s[nb][2 * k + e], mu));
+                    s[nb][2 * k + e] = p;
+                    sum = __fadd_rn(sum, p);
+                }
+            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+            l[k] = __fadd_rn(__fmul_rn(l[k], alpha[k]), sum);
+            m[k] = mn;
+        }
+#pragma unroll
+        for (int d = 0; d < ND; d++) {
+            o[d][0] = __fmul_rn(o[d][0], alpha[0]);
+            o[d][1] = __fmul_rn(o[d][1], alpha[0]);
+            o[d][2] = __fmul_rn(o[d][2], alpha[1]);
+            o[d][3] = __fmul_rn(o[d][3], alpha[1]);
+        }
+        cp_wait1();
+        __syncthreads();
+        if (active) {
+#pragma unroll
+            for (int kk = 0; kk < TK / 16; kk++) {
+                u32 a0[3], a1[3], a2[3], a3[3];
+                split3(s[2 * kk][0], s[2 * kk][1], a0);
+                split3(s[2 * kk][2], s[2 * kk][3], a1);
+                split3(s[2 * kk + 1][0], s[2 * kk + 1][1], a2);
+                split3(s[2 * kk + 1][2], s[2 * kk + 1][3], a3);
+#pragma unroll
+                for (int d = 0; d < ND; d += 2) {
+                    u32 vb[4];
+                    ldsm_x4_t(vb, vs + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * LD + d * 8 + (lane / 16) * 8);
+#pragma unroll
+                    for (int piece = 0; piece < 3; piece++) {
+                        mma16816(o[d], a0[piece], a1[piece], a2[piece], a3[piece], vb[0], vb[1]);
+                        mma16816(o[d + 1], a0[piece], a1[piece], a2[piece], a3[piece], vb[2], vb[3]);
+                    }
+                }
+            }
+        }
+        __syncthreads();  // every warp is done with V
+        if (t + 1 < t1) load_kv<HD>(vs, A.pool, table, t + 1, tile.n, base, gofs + plane, A.bs);
+        cp_commit();
+        if (((t + 1) * TK) % SPLIT != 0 && t + 1 < t1) continue;
+        // The split ends here.
+        const u32 z = (t * TK) / SPLIT;
+        if (A.mode == 1) {
+            for (int k = 0; k < 2; k++) { M[k] = m[k]; L[k] = l[k]; }
+#pragma unroll
+            for (int d = 0; d < ND; d++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) O[d][e] = o[d][e];
+        } else if (z == 0) {
+            for (int k = 0; k < 2; k++) { M[k] = m[k]; L[k] = l[k]; }
+#pragma unroll
+            for (int d = 0; d < ND; d++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) O[d][e] = o[d][e];
+        } else {
+            float a[2], c[2];
+            for (int k = 0; k < 2; k++) merge_ml(M[k], L[k], m[k], l[k], a[k], c[k]);
+#pragma unroll
+            for (int d = 0; d < ND; d++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) O[d][e] = merge_o(O[d][e], o[d][e], a[e / 2], c[e / 2]);
+        }
+    }
+    // Write: the output (prefill, or a decode row needing one split) or the split's partial.
+    for (int k = 0; k < 2; k++) {
+        if (prow[k] < 0) continue;
+        const u32 mr = 16 * warp + lane / 4 + 8 * k;
+        const u32 r = tile.b + mr / G, h = g * G + mr % G;
+        const u32 rz = (u32)prow[k] / SPLIT + 1;  // the row's own splits
+        if (A.mode == 0 || (rz == 1 && z0 == 0)) {
+#pragma unroll
+            for (int d = 0; d < ND; d++) {
+                const u32 v = pack_bf2(finish(O[d][2 * k], L[k]), finish(O[d][2 * k + 1], L[k]));
+                *(u32*)(A.out + ((u64)r * A.heads + h) * HD + d * 8 + (lane % 4) * 2) = v;
+            }
+        } else if (A.mode == 1 && rz > 1 && z0 < rz) {
+            float* part = A.partial + (((u64)r * A.heads + h) * A.nsplit + z0) * (HD + 2);
+            if (lane % 4 == 0) { part[0] = M[k]; part[1] = L[k]; }
+#pragma unroll
+            for (int d = 0; d < ND; d++) {
+                part[2 + d * 8 + (lane % 4) * 2] = O[d][2 * k];
+                part[2 + d * 8 + (lane % 4) * 2 + 1] = O[d][2 * k + 1];
+            }
+        }
+    }
+}
+
+// Dynamic shared memory: (MROWS + 2 TK) rows of HD + 8 bf16.
+#define ATTN_ENTRY(NAME, HD)                                                                 \
     extern "C" __global__ void __launch_bounds__(32 * WARPS) NAME(                             \
         const bf16* q, const bf16* pool, bf16* out, float* partial, const u32* positions,     \
-        const u32* row_table, const u32* tables, u32 layers, u32 layer, u32 heads, u32 kvh,   \
-        u32 bs, float scale) {                                                               \
-        attend<DPL>(q, pool, out, partial, positions, row_table, tables, layers, layer,      \
-                    heads, kvh, bs, scale);                                                  \
+        const u32* row_table, const u32* tables, u32 rows, u32 layers, u32 layer, u32 heads,  \
+        u32 kvh, u32 bs, u32 mode, u32 nsplit, float scale) {                                \
+        const Args a = {q,      pool,  out,   partial, positions, row_table, tables, rows,    \
+                        layers, layer, heads, kvh,     bs,        mode,      nsplit, scale};  \
+        attend<HD>(a);                                                                       \
     }
-ATTN_ENTRY(attention_hd64, 2)
-ATTN_ENTRY(attention_hd96, 3)
-ATTN_ENTRY(attention_hd128, 4)
-ATTN_ENTRY(attention_hd256, 8)
+ATTN_ENTRY(attention_hd64, 64)
+ATTN_ENTRY(attention_hd96, 96)
+ATTN_ENTRY(attention_hd128, 128)
+ATTN_ENTRY(attention_hd256, 256)
 
-// Combines the splits of rows needing more than one, in split order:
-// M = max m_z, L = sum l_z exp(m_z - M), O = sum o_z exp(m_z - M), out = bf16(O / L).
+// Merges the split partials of rows needing more than one split (decode mode), in split
+// order 0, 1, 2, ... with the kernel's sequential merge; out = bf16(O / L), -0 -> +0.
 // grid: (rows, heads); block: 128. `nsplit` is the partial buffer's split stride.
 extern "C" __global__ void __launch_bounds__(128) attention_combine(
     bf16* __restrict__ out, const float* __restrict__ partial, const u32* __restrict__ positions,
     u32 heads, u32 hd, u32 nsplit) {
     const u32 r = blockIdx.x, h = blockIdx.y;
-    const u32 n = positions[r] + 1;
-    const u32 nz = (n + SPLIT - 1) / SPLIT;
+    const u32 nz = positions[r] / SPLIT + 1;
     if (nz == 1) return;
     const float* part = partial + ((u64)r * heads + h) * nsplit * (hd + 2);
-    float mm = part[0];
-    for (u32 z = 1; z < nz; z++) mm = fmaxf(mm, part[z * (hd + 2)]);
-    float ll = 0.0f;
-    for (u32 z = 0; z < nz; z++) ll += part[z * (hd + 2) + 1] * expf(part[z * (hd + 2)] - mm);
     for (u32 d = threadIdx.x; d < hd; d += blockDim.x) {
-        float od = 0.0f;
-        for (u32 z = 0; z < nz; z++) od += part[z * (hd + 2) + 2 + d] * expf(part[z * (hd + 2)] - mm);
-        out[((u64)r * heads + h) * hd + d] = f2bf(od / ll);
+        float M = part[0], L = part[1], O = part[2 + d];
+        for (u32 z = 1; z < nz; z++) {
+            const float* pz = part + z * (hd + 2);
+            float a, c;
+            merge_ml(M, L, pz[0], pz[1], a, c);
+            O = merge_o(O, pz[2 + d], a, c);
+        }
+        out[((u64)r * heads + h) * hd + d] = f2bf(finish(O, L));
     }
 }

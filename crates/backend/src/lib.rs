@@ -133,12 +133,52 @@ pub trait Backend: Send {
     /// Waits for every issued op.
     fn synchronize(&self) -> Result<()>;
 
+    /// Opens one forward step over `batch`: every op issued until [`Backend::step_end`] is
+    /// one step. A backend may hold the step's launches back and run them as a replayed
+    /// CUDA graph (same kernels, same arguments, so the same bits). The CPU runs ops as they
+    /// are issued and does nothing here.
+    fn step_begin(&self, _batch: &Self::Batch) -> Result<()> {
+        Ok(())
+    }
+
+    /// Closes the step opened by [`Backend::step_begin`]: every op of it is issued (or its
+    /// graph launched) before this returns. Harmless without an open step.
+    fn step_end(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// The greedy token of each of the first `rows` rows of a logits tensor: the highest
+    /// value, ties to the lowest id, NaN never wins, 0 for a row with nothing above -inf
+    /// (the engine's `sampler::argmax`). A GPU computes it there and copies back 4 bytes a
+    /// row; the default reads the rows back and scans them on the host.
+    fn argmax(&self, t: &Self::Tensor, rows: usize) -> Result<Vec<u32>> {
+        let v = self.read_f32(t, rows)?;
+        let cols = v.len().checked_div(rows).unwrap_or(0);
+        if cols == 0 {
+            return Ok(vec![0; rows]);
+        }
+        Ok(v.chunks_exact(cols).map(argmax_row).collect())
+    }
+
     /// The compiled kernels behind the ops, with their resource use against the device's
     /// limits: gates 1 (compiles) and 4 (limits) of the kernel contract. A backend with no
     /// separately compiled kernels (the CPU) reports none.
     fn kernels(&self) -> Result<Vec<KernelInfo>> {
         Ok(Vec::new())
     }
+}
+
+/// Highest value of `row`, ties to the lowest index, NaN never wins; 0 when no value is above
+/// -inf. The host half of [`Backend::argmax`] (the same rule as the engine's sampler).
+pub fn argmax_row(row: &[f32]) -> u32 {
+    let (mut best, mut best_v) = (0usize, f32::NEG_INFINITY);
+    for (i, &v) in row.iter().enumerate() {
+        if v > best_v {
+            best = i;
+            best_v = v;
+        }
+    }
+    best as u32
 }
 
 /// One compiled kernel as the kernel contract sees it.

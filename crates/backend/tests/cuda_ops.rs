@@ -478,3 +478,239 @@ fn decode_and_prefill_speed() {
         }
     }
 }
+
+/// The tiled linear kernel.
+const TILED: [&str; 1] = ["linear_bf16_tiled"];
+
+/// A bf16 `(n, k)` weight with rows 0..4 made positive (so an input row of -0.0 gives -0.0
+/// partials and the empty-slice combine shows), on the device.
+fn tiled_case_weight(
+    g: &CudaBackend,
+    rng: &mut Rng,
+    n: usize,
+    k: usize,
+) -> tf_backend::cuda::CudaWeight {
+    let mut wv = random_weight(rng, TensorFormat::Plain(DType::BF16), n, k, 0.05);
+    let mut bytes = wv.bytes().to_vec();
+    for b in bytes[..4.min(n) * k * 2].chunks_exact_mut(2) {
+        b[1] &= 0x7f;
+    }
+    wv = TensorView::owned("tiled.weight", TensorFormat::Plain(DType::BF16), vec![n, k], bytes);
+    g.load_weight(&wv).unwrap()
+}
+
+/// `linear_bf16_tiled` against `linear_bf16`, bit for bit, forced onto each kernel, on every
+/// llama3-8b and SmolLM2-135M product shape plus odd ones: K not a multiple of the 64-k tile
+/// (72, 1000, 4104), an empty trailing K slice (1024 x 4104: 16 slices of 288), row counts that
+/// are not a multiple of the 128-token tile, bf16 and f32 outputs, bias, and input rows of
+/// -0.0 and +0.0 (signed-zero sums).
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the GPU machine"]
+fn tiled_linear_equals_streaming_linear_bitwise() {
+    let g = gpu();
+    let mut rng = Rng::new(11);
+    let shapes = [
+        (4096, 4096, false),
+        (1024, 4096, false),
+        (6144, 4096, false),
+        (14336, 4096, false),
+        (4096, 14336, false),
+        (576, 576, true),
+        (192, 576, false),
+        (1536, 576, false),
+        (576, 1536, false),
+        (49152, 576, false),
+        (200, 72, true),
+        (136, 1000, true),
+        (1024, 4104, false),
+    ];
+    let mut failed = Vec::new();
+    for (n, k, with_bias) in shapes {
+        let w = tiled_case_weight(&g, &mut rng, n, k);
+        let b = g.load_weight(&random_vector(&mut rng, n, 0.0, 0.5)).unwrap();
+        let bias = with_bias.then_some(&b);
+        let max_rows = if n * k <= 4096 * 4096 { 2048 } else { 333 };
+        let (mut xb, _) = random_bf16(&mut rng, max_rows * k, 1.0);
+        xb[3 * k..6 * k].fill(0x8000);
+        xb[6 * k..8 * k].fill(0);
+        for rows in [1usize, 17, 333, max_rows] {
+            let x = up(&g, rows, k, &xb[..rows * k]);
+            for dt in [ActDType::Bf16, ActDType::F32] {
+                let mut o = g.alloc(dt, rows, n).unwrap();
+                g.linear_with_kernel("linear_bf16", &x, &w, bias, &mut o).unwrap();
+                let a = bits(&g.read_f32(&o, rows).unwrap());
+                for name in TILED {
+                    let mut o = g.alloc(dt, rows, n).unwrap();
+                    g.linear_with_kernel(name, &x, &w, bias, &mut o).unwrap();
+                    let t = bits(&g.read_f32(&o, rows).unwrap());
+                    let differ = a.iter().zip(&t).filter(|(p, q)| p != q).count();
+                    if differ > 0 {
+                        failed.push(format!("{name} {n}x{k} rows {rows} {dt:?}: {differ} differ"));
+                    }
+                }
+            }
+        }
+        println!("tiled == streaming {n}x{k} bias={with_bias} rows 1/17/333/{max_rows}");
+    }
+    assert!(failed.is_empty(), "tiled kernel differs:\n{}", failed.join("\n"));
+}
+
+/// TFLOP/s of both linear kernels (forced) on llama3-8b shapes by row count; prints only.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the GPU machine"]
+fn tiled_linear_speed() {
+    let g = gpu();
+    let mut rng = Rng::new(12);
+    for (n, k) in [(4096, 4096), (6144, 4096), (1024, 4096), (14336, 4096), (4096, 14336)] {
+        let w = tiled_case_weight(&g, &mut rng, n, k);
+        let (xb, _) = random_bf16(&mut rng, 8192 * k, 1.0);
+        let mut line = format!("{n}x{k}:");
+        for rows in [64usize, 128, 256, 512, 2048, 8192] {
+            let x = up(&g, rows, k, &xb[..rows * k]);
+            let mut out = g.alloc(ActDType::Bf16, rows, n).unwrap();
+            for name in ["linear_bf16"].into_iter().chain(TILED) {
+                if name == "linear_bf16" && rows == 8192 {
+                    continue;
+                }
+                for _ in 0..2 {
+                    g.linear_with_kernel(name, &x, &w, None, &mut out).unwrap();
+                }
+                g.synchronize().unwrap();
+                let iters = 10;
+                let t = std::time::Instant::now();
+                for _ in 0..iters {
+                    g.linear_with_kernel(name, &x, &w, None, &mut out).unwrap();
+                }
+                g.synchronize().unwrap();
+                let dt = t.elapsed().as_secs_f64() / iters as f64;
+                let tf = 2.0 * (n * k * rows) as f64 / dt / 1e12;
+                let short = name.strip_prefix("linear_bf16").unwrap_or(name);
+                line += &format!(" r{rows}{short}:{tf:.0}");
+            }
+        }
+        println!("linear TFLOP/s {line}");
+    }
+}
+
+/// Attention of rows `start..end` of one sequence (table `table`) on the GPU.
+fn gpu_attention(
+    g: &CudaBackend,
+    kv: &tf_backend::cuda::CudaKv,
+    case: &AttnCase,
+    kvh: usize,
+    (start, end): (usize, usize),
+) -> Vec<f32> {
+    let (n, qw) = (end - start, case.heads * case.hd);
+    let meta = batch(
+        (start as u32..end as u32).collect(),
+        vec![0; n],
+        vec![SeqMeta { block_table: case.table.clone() }],
+        16,
+    );
+    let b = g.prepare_batch(&meta).unwrap();
+    let qt = up(g, n, qw, &case.q[start * qw..end * qw]);
+    let mut out = g.alloc(ActDType::Bf16, n, qw).unwrap();
+    let args = AttnArgs {
+        q: &qt,
+        kv,
+        layer: 1,
+        batch: &b,
+        heads: case.heads,
+        kv_heads: kvh,
+        head_dim: case.hd,
+        scale: 1.0 / (case.hd as f32).sqrt(),
+        out: &mut out,
+    };
+    g.attention(args).unwrap();
+    g.read_f32(&out, n).unwrap()
+}
+
+/// NaN K and V in the slots of the sequence's last block past its end (pool memory no row
+/// wrote) change no output bit: the tensor-core kernel loads those rows as zeros, so a 0
+/// weight never meets a NaN value. Checked for a prefill call (one CTA walking all splits)
+/// and for decode rows (split CTAs and the combine).
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the GPU machine"]
+fn attention_ignores_nan_in_unwritten_kv() {
+    let (g, c) = (gpu(), cpu());
+    let mut rng = Rng::new(9);
+    for (heads, kvh, hd, len) in [(32usize, 8usize, 128usize, 1100usize), (9, 3, 64, 530)] {
+        let geom = KvGeometry {
+            layers: 2,
+            kv_heads: kvh,
+            head_dim: hd,
+            block_size: 16,
+            num_blocks: len.div_ceil(16) + 5,
+        };
+        let (mut kg, mut kc) = (g.alloc_kv(&geom).unwrap(), c.alloc_kv(&geom).unwrap());
+        let case = attention_case(&mut rng, &g, &c, (&mut kg, &mut kc), (heads, kvh, hd, len));
+        let before = gpu_attention(&g, &kg, &case, kvh, (0, len));
+        let decode_before: Vec<Vec<f32>> = [0, len / 2, len - 1]
+            .iter()
+            .map(|&p| gpu_attention(&g, &kg, &case, kvh, (p, p + 1)))
+            .collect();
+        // Positions len..end of the last block: NaN K and V (bf16 0x7fc0).
+        let end = len.div_ceil(16) * 16;
+        assert!(end > len, "the case must leave unwritten slots");
+        let nan = vec![0x7fc0u16; (end - len) * kvh * hd];
+        let meta = batch(
+            (len as u32..end as u32).collect(),
+            vec![0; end - len],
+            vec![SeqMeta { block_table: case.table.clone() }],
+            16,
+        );
+        let b = g.prepare_batch(&meta).unwrap();
+        let t = up(&g, end - len, kvh * hd, &nan);
+        g.kv_store(&mut kg, 1, &t, &t, &b).unwrap();
+        let after = gpu_attention(&g, &kg, &case, kvh, (0, len));
+        assert!(after.iter().all(|x| x.is_finite()), "NaN reached an output");
+        assert_eq!(bits(&before), bits(&after), "NaN in unwritten KV changed a prefill row");
+        for (i, &p) in [0, len / 2, len - 1].iter().enumerate() {
+            let d = gpu_attention(&g, &kg, &case, kvh, (p, p + 1));
+            assert_eq!(bits(&decode_before[i]), bits(&d), "decode row {p} changed");
+            assert_eq!(bits(&d), bits(&before[p * heads * hd..(p + 1) * heads * hd]), "row {p}");
+        }
+        println!(
+            "attention {heads}/{kvh} heads of {hd}, {len} positions: NaN past the end ignored"
+        );
+    }
+}
+
+/// `logits` through the tiled kernel (1,100 selected rows: `row_idx` gathers the input rows)
+/// equals the same rows of a 2,048-row `linear` call and of single-row `linear_bf16` calls.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the GPU machine"]
+fn tiled_logits_equal_linear_rows() {
+    let g = gpu();
+    let mut rng = Rng::new(13);
+    let (n, k, rows) = (4096, 1024, 2048);
+    let w = tiled_case_weight(&g, &mut rng, n, k);
+    let (xb, _) = random_bf16(&mut rng, rows * k, 1.0);
+    let full = gpu_linear(&g, &xb, rows, &w, None, ActDType::Bf16);
+    let x = up(&g, rows, k, &xb);
+    // Ascending (as `BatchMeta` requires), with gaps: row i of the output is input row 3i/2.
+    let sel: Vec<u32> = (0..1100u32).map(|i| i + i / 2).collect();
+    let mut meta = batch(vec![0; rows], vec![0; rows], vec![SeqMeta { block_table: vec![0] }], 16);
+    meta.logit_rows = sel.clone();
+    let b = g.prepare_batch(&meta).unwrap();
+    let mut lo = g.alloc(ActDType::F32, sel.len(), n).unwrap();
+    g.logits(&x, &w, &b, &mut lo).unwrap();
+    let lv = g.read_f32(&lo, sel.len()).unwrap();
+    let want: Vec<f32> =
+        sel.iter().flat_map(|&r| full[r as usize * n..(r as usize + 1) * n].to_vec()).collect();
+    let mut single = Vec::new();
+    for &r in &sel[..8] {
+        let one = up(&g, 1, k, &xb[r as usize * k..(r as usize + 1) * k]);
+        let mut o = g.alloc(ActDType::Bf16, 1, n).unwrap();
+        g.linear_with_kernel("linear_bf16", &one, &w, None, &mut o).unwrap();
+        single.extend(g.read_f32(&o, 1).unwrap());
+    }
+    println!(
+        "tiled logits of {} rows == linear rows: {}; == single-row linear_bf16: {}",
+        sel.len(),
+        bits(&lv) == bits(&want),
+        bits(&lv[..8 * n]) == bits(&single)
+    );
+    assert_eq!(bits(&lv), bits(&want));
+    assert_eq!(bits(&lv[..8 * n]), bits(&single));
+}

@@ -84,6 +84,26 @@ impl<B: Backend> Generator<B> {
         req: &GenRequest<'_>,
         on_token: &mut dyn FnMut(u32, &[f32]) -> bool,
     ) -> Result<(Vec<u32>, GenStats)> {
+        self.generate_with(req, true, on_token)
+    }
+
+    /// As [`Generator::generate`] for a caller that reads no logits: a greedy request
+    /// (temperature 0, no penalties) then takes each token from the device's argmax
+    /// (`CausalLm::forward_greedy`, the same token as the host's) and copies no logits back.
+    pub fn generate_tokens(
+        &mut self,
+        req: &GenRequest<'_>,
+        on_token: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<(Vec<u32>, GenStats)> {
+        self.generate_with(req, false, &mut |t, _| on_token(t))
+    }
+
+    fn generate_with(
+        &mut self,
+        req: &GenRequest<'_>,
+        want_logits: bool,
+        on_token: &mut dyn FnMut(u32, &[f32]) -> bool,
+    ) -> Result<(Vec<u32>, GenStats)> {
         let total = req.prompt.len() + req.max_tokens;
         if req.prompt.is_empty() {
             return Err(EngineError::Refused("the prompt is empty".into()));
@@ -97,24 +117,36 @@ impl<B: Backend> Generator<B> {
             )));
         }
         let table = self.blocks.alloc(total.div_ceil(BLOCK_SIZE))?;
-        let out = self.run(req, &table, on_token);
+        let greedy = !want_logits && device_greedy(&req.sampler);
+        let out = self.run(req, &table, greedy, on_token);
         self.blocks.free(&table)?;
         out
+    }
+
+    /// One step of one logits row: the row, or its greedy token from the device.
+    fn next(&mut self, meta: &BatchMeta, greedy: bool) -> Result<Next> {
+        if !greedy {
+            return Ok(Next::Logits(self.model.forward(&mut self.kv, meta)?));
+        }
+        match self.model.forward_greedy(&mut self.kv, meta)?.first() {
+            Some(&t) => Ok(Next::Token(t)),
+            None => Err(EngineError::Refused("forward_greedy returned no token".into())),
+        }
     }
 
     fn run(
         &mut self,
         req: &GenRequest<'_>,
         table: &[BlockId],
+        greedy: bool,
         on_token: &mut dyn FnMut(u32, &[f32]) -> bool,
     ) -> Result<(Vec<u32>, GenStats)> {
         let seq = SeqMeta { block_table: table.iter().map(|b| b.0).collect() };
         let start = Instant::now();
         let chunk = req.chunk.clamp(1, self.model.max_rows());
-        let mut logits = Vec::new();
+        let mut next = Next::Logits(Vec::new());
         for (ci, piece) in req.prompt.chunks(chunk).enumerate() {
-            let meta = step_meta(piece, ci * chunk, &seq, true);
-            logits = self.model.forward(&mut self.kv, &meta)?;
+            next = self.next(&step_meta(piece, ci * chunk, &seq, true), greedy)?;
         }
         let prefill_time = start.elapsed();
         let mut output: Vec<u32> = Vec::new();
@@ -122,9 +154,12 @@ impl<B: Backend> Generator<B> {
         let mut finish = FinishReason::Length;
         while output.len() < req.max_tokens {
             let pos = req.prompt.len() + output.len();
-            let tok = req.sampler.sample(&logits, req.prompt, &output, pos as u64);
+            let (tok, logits) = match &next {
+                Next::Token(t) => (*t, &[][..]),
+                Next::Logits(l) => (req.sampler.sample(l, req.prompt, &output, pos as u64), &l[..]),
+            };
             first_at.get_or_insert_with(Instant::now);
-            let go_on = on_token(tok, &logits);
+            let go_on = on_token(tok, logits);
             if req.stop_tokens.contains(&tok) {
                 finish = FinishReason::Stop;
                 break;
@@ -137,7 +172,7 @@ impl<B: Backend> Generator<B> {
             if output.len() == req.max_tokens {
                 break;
             }
-            logits = self.model.forward(&mut self.kv, &step_meta(&[tok], pos, &seq, true))?;
+            next = self.next(&step_meta(&[tok], pos, &seq, true), greedy)?;
         }
         let first_at = first_at.unwrap_or_else(Instant::now);
         let stats = GenStats {
@@ -180,6 +215,22 @@ impl<B: Backend> Generator<B> {
         self.blocks.free(&table)?;
         res.map(|_| all)
     }
+}
+
+/// What one step gives the decode loop.
+enum Next {
+    Logits(Vec<f32>),
+    Token(u32),
+}
+
+/// Whether a row sampled by `s` needs only the argmax of its logits: temperature 0 and no
+/// penalty (the sampler then returns `argmax` of the unmodified row).
+pub(crate) fn device_greedy(s: &Sampler) -> bool {
+    let p = &s.params;
+    p.temperature == 0.0
+        && p.repetition_penalty == 1.0
+        && p.presence_penalty == 0.0
+        && p.frequency_penalty == 0.0
 }
 
 /// A step of consecutive tokens of one sequence starting at `start`; logits of the last row

@@ -68,6 +68,14 @@ pub struct AttnTerms {
     pub score_range: f64,
 }
 
+/// Pieces a kernel may split each fp32 softmax weight into for the P V product: three bf16
+/// values summing to it exactly (tensor-core attention), so each position adds up to three
+/// exact products to the sum.
+pub const PV_PIECES: usize = 3;
+/// Bound on `sum_i |b_i| / |p|` over those pieces: `|b0| <= (1 + 2^-8) |p|`,
+/// `|b1| <= 2^-8 (1 + 2^-8) |p|`, `|b2| <= 2^-16 |p|`, in all below `1 + 2^-6`.
+pub const PV_PIECE_GROWTH: f64 = 1.0 + 1.0 / 64.0;
+
 /// The relative factor c such that `|o_d - out_d| <= c A_d` before the final rounding, with
 /// `A_d = sum_j p_j |v_jd|`; `None` when the terms are too large for the bound to hold.
 pub fn attention_factor(t: AttnTerms) -> Option<f64> {
@@ -76,7 +84,7 @@ pub fn attention_factor(t: AttnTerms) -> Option<f64> {
     let theta = delta + 2.0 * U * range;
     let events = t.positions.div_ceil(16) + 8;
     let rho = (theta + events as f64 * (EPS_EXP + 2.0 * U * range)).exp() * (1.0 + EPS_EXP) - 1.0;
-    let g = gamma(t.positions + 2 * events + 8);
+    let g = gamma(PV_PIECES * t.positions + 2 * events + 8) * PV_PIECE_GROWTH;
     if !(rho < 0.5 && g < 0.5) {
         return None;
     }

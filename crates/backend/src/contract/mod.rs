@@ -61,11 +61,14 @@
 //!   within a relative rho = exp(theta + N_r (eps_exp + 2u R)) (1 + eps_exp) - 1, and the
 //!   normalized weights within kappa = 2 rho / (1 - rho) of the exact ones (relatively). The
 //!   sums l = sum e_j and o_d = sum e_j v_jd (any order, including the rescale products) are
-//!   within gamma(P') with P' = P + 2 N_r + 8, and the final division costs 2u. With
+//!   within g = gamma(P') (1 + 2^-6) with P' = 3P + 2 N_r + 8, and the final division costs
+//!   2u. The 3P: a tensor-core kernel may split each fp32 e_j exactly into three bf16 pieces
+//!   (b0 = bf16(e), b1 = bf16(e - b0), b2 = e - b0 - b1), so o_d is a sum of 3P exact
+//!   products whose magnitudes add up to at most (1 + 2^-6) e_j |v_jd| per position. With
 //!   A_d = sum_j p_j |v_jd| (exact probabilities p_j, so |o_d| <= A_d):
-//!   E = A_d (2u + gamma(P') + kappa + gamma(P')(1 + kappa)) (1 + 2u) / (1 - gamma(P')).
+//!   E = A_d (2u + g + kappa + g (1 + kappa)) (1 + 2u) / (1 - g).
 //!   The bound assumes fp32 probabilities in the PV product, as the trait documents; a kernel
-//!   that rounds them to bf16 (as some flash kernels do) would fail gate 2, correctly.
+//!   that rounds them to one bf16 (as some flash kernels do) would fail gate 2, correctly.
 //!
 //! Data (`data`): weights and the input rows of every call go through
 //! [`Backend::load_weight`] from a small safetensors file written with

@@ -1,20 +1,28 @@
 //! The paged KV pool on the GPU: `kv_store`, `attention`, `read_kv` (`kernels/kv.cu`,
 //! `kernels/attention.cu`).
 //!
-//! Attention splits each row's positions at fixed absolute boundaries (`SPLIT` positions),
-//! one block per (row, head, split); rows needing more than one split are combined in split
-//! order by `attention_combine`. The number of splits of a row depends on its position only;
-//! the grid's split count (the batch's largest) changes no row's arithmetic.
+//! Attention runs on tensor cores (design and exactness argument in attention.cu): a CTA per
+//! (row tile of one sequence, kv head), the GQA group's query heads packed on the mma's M
+//! side, KV tiles of 64 and splits of 256 positions at absolute boundaries, splits merged
+//! sequentially. Two modes give the same bits per row: calls of at most `split_rows` rows
+//! (decode) run one CTA per split plus `attention_combine`; larger calls (prefill) let each
+//! CTA walk every split itself, so they need no partial buffer.
+//!
+//! Graph safety: every launch's grid, arguments and shared memory are a function of the row
+//! count, the pool geometry, the head shape and fixed buffers, never of positions. The split
+//! grid is sized for the most splits the pool can hold (CTAs without work exit), and the
+//! partial buffer is allocated once at its full size (`split_plan`) on the first split-mode
+//! call. Rejected: sizing by the batch's largest position (changes every few steps).
+//! head_dim 256 is tensor-core too but spills registers (slower); 64, 96, 128 do not spill
+//! much (see the NVRTC log with `--ptxas-options=-v`).
 
 use cudarc::driver::LaunchConfig;
 
 use super::tensor::{dptr, CudaBatch, CudaKv, CudaTensor};
 use super::{drv, CudaBackend, KArg};
+use crate::batch::KvGeometry;
 use crate::error::{BackendError, Result};
 use crate::{ActDType, AttnArgs};
-
-/// Positions per KV split (`SPLIT` in attention.cu).
-const SPLIT: usize = 512;
 
 pub(crate) fn kv_store(
     be: &CudaBackend,
@@ -60,6 +68,23 @@ pub(crate) fn kv_store(
     be.launch("kv_store", cfg, &args)
 }
 
+/// Positions per KV split and per KV tile, query M-rows per CTA (`SPLIT`, `TK`, `MROWS` in
+/// attention.cu).
+const SPLIT: usize = 256;
+const TK: usize = 64;
+const MROWS: usize = 64;
+/// Most rows a call may have to run in split mode (one CTA per split, then the combine).
+const SPLIT_MODE_MAX_ROWS: usize = 32;
+/// Most bytes of split partials; a pool so large that one row's partials exceed it runs every
+/// call in the CTA-walks-all-splits mode (same bits, less parallel for decode).
+const PARTIAL_BUDGET: usize = 256 << 20;
+
+/// Dynamic shared memory of the attention kernel for `head_dim`: q, K and V tiles of
+/// `head_dim + 8` bf16 per row.
+pub(crate) const fn attention_smem(head_dim: usize) -> u32 {
+    ((MROWS + 2 * TK) * (head_dim + 8) * 2) as u32
+}
+
 fn entry_for(head_dim: usize) -> Result<&'static str> {
     Ok(match head_dim {
         64 => "attention_hd64",
@@ -74,6 +99,26 @@ fn entry_for(head_dim: usize) -> Result<&'static str> {
     })
 }
 
+/// The split-partial layout of a pool: (rows that may run in split mode, splits per row).
+/// A function of the pool geometry and the head count only, so the partial buffer is sized
+/// once and every launch's grid is fixed by the row count (CUDA graph capture).
+fn split_plan(g: &KvGeometry, heads: usize) -> (usize, usize) {
+    let nsplit = (g.num_blocks * g.block_size).div_ceil(SPLIT).max(1);
+    let per_row = heads * nsplit * (g.head_dim + 2) * 4;
+    // A grid's z extent is at most 65,535.
+    let rows = if nsplit > 65_535 { 0 } else { PARTIAL_BUDGET / per_row.max(1) };
+    (SPLIT_MODE_MAX_ROWS.min(rows), nsplit)
+}
+
+/// The split partial buffer of at least `len` floats, allocated once at its full size.
+fn partials(be: &CudaBackend, len: usize) -> Result<u64> {
+    let mut scratch = be.scratch.lock().unwrap_or_else(|e| e.into_inner());
+    if scratch.as_ref().is_none_or(|b| b.len() < len) {
+        *scratch = Some(be.raw::<f32>(len, "attention split partials")?);
+    }
+    Ok(scratch.as_ref().map_or(0u64, |b| dptr(b, &be.stream)))
+}
+
 pub(crate) fn attention(be: &CudaBackend, a: AttnArgs<'_, CudaBackend>) -> Result<()> {
     let (kv, batch) = (a.kv, a.batch);
     kv.check_batch("attention", a.layer, batch)?;
@@ -84,16 +129,28 @@ pub(crate) fn attention(be: &CudaBackend, a: AttnArgs<'_, CudaBackend>) -> Resul
     if a.q.dtype != ActDType::Bf16 || a.out.dtype != ActDType::Bf16 {
         return Err(BackendError::shape("attention", "q and out must be bf16 on the CUDA backend"));
     }
+    let group = a.heads / a.kv_heads;
+    if group > MROWS {
+        return Err(BackendError::Device(format!(
+            "attention: {group} query heads per kv head; the CUDA kernel packs at most {MROWS}"
+        )));
+    }
     let name = entry_for(a.head_dim)?;
+    if rows * a.kv_heads > i32::MAX as usize {
+        return Err(BackendError::shape(
+            "attention",
+            format!("{rows} rows x {} kv heads", a.kv_heads),
+        ));
+    }
     if rows > 0 {
-        let nsplit = (batch.max_pos as usize + 1).div_ceil(SPLIT);
-        let part_len = rows * a.heads * nsplit * (a.head_dim + 2);
-        let mut scratch = be.scratch.lock().unwrap_or_else(|e| e.into_inner());
-        if nsplit > 1 && scratch.as_ref().is_none_or(|b| b.len() < part_len) {
-            *scratch = Some(be.raw::<f32>(part_len, "attention split partials")?);
-        }
+        let (split_rows, nsplit) = split_plan(g, a.heads);
+        let split_mode = rows <= split_rows && nsplit > 1;
+        let part = if split_mode {
+            partials(be, split_rows * a.heads * nsplit * (a.head_dim + 2))?
+        } else {
+            0
+        };
         let s = &be.stream;
-        let part = scratch.as_ref().map_or(0u64, |b| dptr(b, s));
         let (q, pool, out) = (dptr(&a.q.buf, s), dptr(&kv.buf, s), dptr(&a.out.buf, s));
         let (pos, rt, tab) = (
             batch.ptr(s, batch.at.positions),
@@ -101,23 +158,25 @@ pub(crate) fn attention(be: &CudaBackend, a: AttnArgs<'_, CudaBackend>) -> Resul
             batch.ptr(s, batch.at.tables),
         );
         let dims = [
+            rows as u32,
             g.layers as u32,
             a.layer as u32,
             a.heads as u32,
             a.kv_heads as u32,
             g.block_size as u32,
+            split_mode as u32,
+            nsplit as u32,
         ];
-        let scale = a.scale;
         let cfg = LaunchConfig {
-            grid_dim: (rows as u32, a.heads as u32, nsplit as u32),
+            grid_dim: ((rows * a.kv_heads) as u32, 1, if split_mode { nsplit as u32 } else { 1 }),
             block_dim: (128, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: attention_smem(a.head_dim),
         };
         let mut args: Vec<KArg> = [q, pool, out, part, pos, rt, tab].map(KArg::U64).to_vec();
         args.extend(dims.map(KArg::U32));
-        args.push(scale.into());
+        args.push(a.scale.into());
         be.launch(name, cfg, &args)?;
-        if nsplit > 1 {
+        if split_mode {
             let (heads, hd, ns) = (a.heads as u32, a.head_dim as u32, nsplit as u32);
             let cfg = LaunchConfig {
                 grid_dim: (rows as u32, heads, 1),

@@ -12,6 +12,7 @@ use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
+use super::attention::attention_smem;
 use super::compile::{self, Family, FAMILIES};
 use crate::error::{BackendError, Result};
 use crate::KernelInfo;
@@ -33,9 +34,28 @@ const fn e(name: &'static str, family: &'static str, threads: u32) -> Entry {
 
 /// Largest K split of `linear_bf16` (warps per block) and its token tiles per block.
 pub(crate) const LINEAR_MAX_SLICES: u32 = 16;
-/// Token tiles (of 8) per block of `linear_bf16` and `linear_bf16_wide`.
+/// Token tiles (of 8) per block of `linear_bf16`.
 pub(crate) const LINEAR_NT: u32 = 4;
-pub(crate) const LINEAR_WIDE_NT: u32 = 8;
+
+/// Launch shape of `linear_bf16_tiled` (the TL_* constants in linear.cu).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TiledShape {
+    pub name: &'static str,
+    /// Features (weight rows) per CTA.
+    pub features: usize,
+    /// Tokens per CTA.
+    pub tokens: usize,
+    pub threads: u32,
+    /// Dynamic shared memory: 3 stages of (128 + 128 rows) x 64 bf16.
+    pub smem: u32,
+}
+pub(crate) const LINEAR_TILED: TiledShape = TiledShape {
+    name: "linear_bf16_tiled",
+    features: 128,
+    tokens: 128,
+    threads: 256,
+    smem: 3 * 256 * 64 * 2,
+};
 /// Shared memory the CUDA runtime grants without an opt-in.
 const DEFAULT_SMEM: u32 = 48 * 1024;
 
@@ -46,11 +66,32 @@ pub(crate) const ENTRIES: &[Entry] = &[
     e("swiglu", "elementwise", 256),
     e("add", "elementwise", 256),
     e("kv_store", "kv", 256),
-    e("attention_hd64", "attention", 128),
-    e("attention_hd96", "attention", 128),
-    e("attention_hd128", "attention", 128),
-    e("attention_hd256", "attention", 128),
+    Entry {
+        name: "attention_hd64",
+        family: "attention",
+        threads: 128,
+        dyn_smem: attention_smem(64),
+    },
+    Entry {
+        name: "attention_hd96",
+        family: "attention",
+        threads: 128,
+        dyn_smem: attention_smem(96),
+    },
+    Entry {
+        name: "attention_hd128",
+        family: "attention",
+        threads: 128,
+        dyn_smem: attention_smem(128),
+    },
+    Entry {
+        name: "attention_hd256",
+        family: "attention",
+        threads: 128,
+        dyn_smem: attention_smem(256),
+    },
     e("attention_combine", "attention", 128),
+    e("argmax_f32", "sample", 1024),
     Entry {
         name: "linear_bf16",
         family: "linear",
@@ -58,10 +99,10 @@ pub(crate) const ENTRIES: &[Entry] = &[
         dyn_smem: LINEAR_MAX_SLICES * LINEAR_NT * 32 * 4 * 4,
     },
     Entry {
-        name: "linear_bf16_wide",
+        name: LINEAR_TILED.name,
         family: "linear",
-        threads: 32 * LINEAR_MAX_SLICES,
-        dyn_smem: LINEAR_MAX_SLICES * LINEAR_WIDE_NT * 32 * 4 * 4,
+        threads: LINEAR_TILED.threads,
+        dyn_smem: LINEAR_TILED.smem,
     },
 ];
 

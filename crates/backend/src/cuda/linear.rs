@@ -3,17 +3,21 @@
 //! Every output element is a chain of mma.sync m16n8k16 steps (bf16 products, f32
 //! accumulation) over fixed K slices, the slices' partials added in order, then the bias,
 //! then one rounding. The slices come from [`k_split`], a function of the weight shape
-//! `(N, K)` alone: the same arithmetic for 1 row or 2,048 (DESIGN.md §4). The row count only
-//! sets how many 32-token column blocks the grid has.
+//! `(N, K)` alone: the same arithmetic for 1 row or 2,048 (DESIGN.md §4). Two kernels compute
+//! it: `linear_bf16` (operands from global memory, one warp per slice; decode and small
+//! batches) and `linear_bf16_tiled` (shared-memory tiles of 128 features x 128 tokens, one CTA
+//! walking the slices in order; prefill). They give the same bits for every element, so the
+//! row count may pick the kernel (`tiled_for`) without changing any result.
 //!
 //! Rejected: cuBLAS (its kernel choice, and so its summation order, depends on the row
-//! count); atomics for the K split (their order depends on timing).
+//! count); atomics for the K split (their order depends on timing); split-K across CTAs for
+//! the tiled kernel (a CTA holds the running total in registers instead).
 
 use cudarc::driver::LaunchConfig;
 
-use super::kernels::{LINEAR_MAX_SLICES, LINEAR_NT};
+use super::kernels::{LINEAR_MAX_SLICES, LINEAR_NT, LINEAR_TILED};
 use super::tensor::{dptr, CudaBatch, CudaTensor, CudaWeight};
-use super::CudaBackend;
+use super::{CudaBackend, KArg};
 use crate::error::{BackendError, Result};
 use crate::ActDType;
 
@@ -22,6 +26,24 @@ use crate::ActDType;
 const TARGET_WARPS: usize = 2048;
 /// Shortest K slice worth a warp (8 super-steps of 32).
 const MIN_SLICE: usize = 256;
+/// Calls of fewer rows never take `linear_bf16_tiled`: a 128-token tile would be mostly
+/// padding, while `linear_bf16` streams the weights at full bandwidth.
+pub const TILED_MIN_ROWS: usize = 128;
+/// From `TILED_MIN_ROWS` rows the tiled kernel is taken when its grid has at least this many
+/// CTAs (H200, 2026-11-30: at 32 CTAs `linear_bf16` was faster, from 48 the tiled kernel)...
+const TILED_MIN_CTAS: usize = 48;
+/// ...or the call has at least this many rows (a prefill chunk, whatever the weight).
+/// Both limits lie inside the contract's row counts (1 .. 2,048), so its row gate compares
+/// the two kernels on every shape.
+const TILED_ALWAYS_ROWS: usize = 1024;
+
+/// Whether a product of `rows` rows of an `n`-feature weight takes the tiled kernel. Only
+/// speed depends on it: both kernels give the same bits.
+fn tiled_for(rows: usize, n: usize) -> bool {
+    let t = LINEAR_TILED;
+    let ctas = n.div_ceil(t.features) * rows.div_ceil(t.tokens);
+    rows >= TILED_MIN_ROWS && (ctas >= TILED_MIN_CTAS || rows >= TILED_ALWAYS_ROWS)
+}
 
 /// The K split of a weight `(n, k)`: `(slices, slice_len)`. Slices are a power of two, at
 /// most 16, enough that `ceil(n/16) * slices` warps fill the GPU, but none shorter than
@@ -96,7 +118,52 @@ pub(crate) fn logits(
     run(be, p, out)
 }
 
+/// Which kernel computes a product.
+#[derive(Clone, Copy, Debug)]
+enum Kernel {
+    /// `linear_bf16`.
+    Streaming,
+    /// `linear_bf16_tiled`.
+    Tiled,
+}
+
+impl CudaBackend {
+    /// `linear` forced onto the kernel entry point `name` (`linear_bf16` or
+    /// `linear_bf16_tiled`), whatever the row count. For tests and benchmarks only (both give
+    /// the same bits; the served path lets `tiled_for` choose).
+    #[doc(hidden)]
+    pub fn linear_with_kernel(
+        &self,
+        name: &str,
+        x: &CudaTensor,
+        w: &CudaWeight,
+        bias: Option<&CudaWeight>,
+        out: &mut CudaTensor,
+    ) -> Result<()> {
+        let kernel = match name {
+            "linear_bf16" => Kernel::Streaming,
+            n if n == LINEAR_TILED.name => Kernel::Tiled,
+            _ => return Err(BackendError::Device(format!("no linear kernel `{name}`"))),
+        };
+        let mode = match out.dtype {
+            ActDType::Bf16 => OutMode::Bf16,
+            ActDType::F32 => OutMode::F32,
+        };
+        let p = Product { op: "linear", x, row_idx: 0, rows: x.rows, w, bias, mode };
+        run_with(self, p, out, Some(kernel))
+    }
+}
+
 fn run(be: &CudaBackend, p: Product<'_>, out: &mut CudaTensor) -> Result<()> {
+    run_with(be, p, out, None)
+}
+
+fn run_with(
+    be: &CudaBackend,
+    p: Product<'_>,
+    out: &mut CudaTensor,
+    force: Option<Kernel>,
+) -> Result<()> {
     let (w, x, op) = (p.w, p.x, p.op);
     w.check_matrix(op)?;
     let (n, k) = (w.n, w.k);
@@ -119,52 +186,77 @@ fn run(be: &CudaBackend, p: Product<'_>, out: &mut CudaTensor) -> Result<()> {
         ));
     }
     out.check_out(op, p.rows, n)?;
+    if p.rows > u32::MAX as usize {
+        return Err(BackendError::shape(op, format!("{} rows exceed the kernels' u32", p.rows)));
+    }
     if let Some(b) = p.bias {
         b.check_vector(op, n)?;
     }
     if p.rows > 0 {
-        let (slices, slice_len) = k_split(n, k);
-        // linear_bf16_wide (8 token tiles per block) gives the same bits but measured slower
-        // at 2,048 rows on an H200 (53-56 vs 72-81 TFLOP/s), so every call takes linear_bf16
-        // until a shared-memory prefill kernel replaces both (issue 6).
-        let (entry, nt) = ("linear_bf16", LINEAR_NT);
-        let cols = 8 * nt as usize;
-        let grid_y = p.rows.div_ceil(cols);
-        if grid_y > 65535 {
-            return Err(BackendError::shape(
-                op,
-                format!("{} rows exceed the kernel's grid", p.rows),
-            ));
-        }
-        let cfg = LaunchConfig {
-            grid_dim: (n.div_ceil(16) as u32, grid_y as u32, 1),
-            block_dim: (32 * slices, 1, 1),
-            shared_mem_bytes: slices * nt * 32 * 4 * 4,
-        };
-        let s = &be.stream;
-        let (wp, xp, op_) = (dptr(&w.buf, s), dptr(&x.buf, s), dptr(&out.buf, s));
-        let bp = p.bias.map_or(0u64, |b| dptr(&b.buf, s));
-        let (mode, n32, k32, r32) = (p.mode as i32, n as u32, k as u32, p.rows as u32);
-        let row_idx = p.row_idx;
-        be.launch(
-            entry,
-            cfg,
-            &[
-                wp.into(),
-                xp.into(),
-                row_idx.into(),
-                bp.into(),
-                op_.into(),
-                mode.into(),
-                n32.into(),
-                k32.into(),
-                r32.into(),
-                slice_len.into(),
-            ],
-        )?;
+        let default = if tiled_for(p.rows, n) { Kernel::Tiled } else { Kernel::Streaming };
+        launch(be, &p, out, force.unwrap_or(default))?;
     }
     out.rows = p.rows;
     Ok(())
+}
+
+/// Launches one product on `kernel` (shapes already checked by `run_with`).
+fn launch(be: &CudaBackend, p: &Product<'_>, out: &CudaTensor, kernel: Kernel) -> Result<()> {
+    let (n, k) = (p.w.n, p.w.k);
+    let (slices, slice_len) = k_split(n, k);
+    let (entry, cfg) = match kernel {
+        Kernel::Streaming => {
+            let grid_y = p.rows.div_ceil(8 * LINEAR_NT as usize);
+            if grid_y > 65535 {
+                return Err(BackendError::shape(
+                    p.op,
+                    format!("{} rows exceed the kernel's grid", p.rows),
+                ));
+            }
+            let cfg = LaunchConfig {
+                grid_dim: (n.div_ceil(16) as u32, grid_y as u32, 1),
+                block_dim: (32 * slices, 1, 1),
+                shared_mem_bytes: slices * LINEAR_NT * 32 * 4 * 4,
+            };
+            ("linear_bf16", cfg)
+        }
+        Kernel::Tiled => {
+            let t = LINEAR_TILED;
+            let ctas = n.div_ceil(t.features) * p.rows.div_ceil(t.tokens);
+            if ctas > i32::MAX as usize {
+                return Err(BackendError::shape(
+                    p.op,
+                    format!("{} rows exceed the kernel's grid", p.rows),
+                ));
+            }
+            let cfg = LaunchConfig {
+                grid_dim: (ctas as u32, 1, 1),
+                block_dim: (t.threads, 1, 1),
+                shared_mem_bytes: t.smem,
+            };
+            (t.name, cfg)
+        }
+    };
+    let s = &be.stream;
+    let (wp, xp, op_) = (dptr(&p.w.buf, s), dptr(&p.x.buf, s), dptr(&out.buf, s));
+    let bp = p.bias.map_or(0u64, |b| dptr(&b.buf, s));
+    let (mode, n32, k32, r32) = (p.mode as i32, n as u32, k as u32, p.rows as u32);
+    let mut args: Vec<KArg> = vec![
+        wp.into(),
+        xp.into(),
+        p.row_idx.into(),
+        bp.into(),
+        op_.into(),
+        mode.into(),
+        n32.into(),
+        k32.into(),
+        r32.into(),
+        slice_len.into(),
+    ];
+    if matches!(kernel, Kernel::Tiled) {
+        args.push(slices.into());
+    }
+    be.launch(entry, cfg, &args)
 }
 
 #[cfg(test)]
@@ -192,5 +284,17 @@ mod tests {
         assert_eq!(k_split(4096, 4096), (8, 512));
         assert_eq!(k_split(1024, 4096), (16, 256));
         assert_eq!(k_split(576, 576), (2, 288));
+    }
+
+    #[test]
+    fn decode_rows_stream_and_prefill_chunks_tile_on_every_model_shape() {
+        // The contract's row gate compares calls of 1 .. 128 rows with a 2,048-row call: both
+        // kernels must be inside that range for each llama3-8b and SmolLM2 shape.
+        let shapes = [4096, 1024, 6144, 14336, 128256, 576, 192, 1536, 49152];
+        for n in shapes {
+            assert!(!tiled_for(17, n) && !tiled_for(TILED_MIN_ROWS - 1, n), "{n}");
+            assert!(tiled_for(2048, n) && tiled_for(1024, n), "{n}");
+        }
+        assert!(tiled_for(128, 14336) && !tiled_for(128, 4096) && tiled_for(256, 4096));
     }
 }

@@ -15,20 +15,21 @@
 
 mod attention;
 pub mod compile;
+mod graph;
 mod kernels;
 mod linear;
 pub mod loader;
 mod ops;
+mod sample;
 mod tensor;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DriverError, LaunchConfig};
 use tf_checkpoint::TensorView;
 
+pub use graph::GraphStats;
 pub use tensor::{CudaBatch, CudaKv, CudaTensor, CudaWeight, WeightKind};
 
 use crate::batch::{BatchMeta, KvGeometry};
@@ -68,6 +69,12 @@ pub struct CudaBackend {
     device_name: String,
     /// Attention split partials, grown on demand (ops run in stream order, so reuse is safe).
     pub(crate) scratch: Mutex<Option<CudaSlice<f32>>>,
+    /// Step metadata at a fixed address, shared by the batches while no other holds it.
+    pub(crate) meta: Mutex<Option<Arc<CudaSlice<u32>>>>,
+    /// Greedy tokens of `argmax`, grown on demand.
+    pub(crate) tokens: Mutex<Option<CudaSlice<u32>>>,
+    /// Step recording and the graphs of recorded steps (`graph.rs`).
+    pub(crate) graphs: Mutex<graph::Graphs>,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -111,7 +118,20 @@ impl CudaBackend {
         let stream = ctx.new_stream().map_err(drv("creating a stream"))?;
         let arch = compile::arch_for(cc);
         let reg = kernels::Registry::new(ctx.clone(), arch.clone(), cfg.kernel_cache);
-        Ok(CudaBackend { ctx, stream, reg, arch, device_name, scratch: Mutex::new(None) })
+        Ok(CudaBackend {
+            ctx,
+            stream,
+            reg,
+            arch,
+            device_name,
+            scratch: Mutex::new(None),
+            meta: Mutex::new(None),
+            tokens: Mutex::new(None),
+            // `TENSORFOLD_CUDA_GRAPHS=0` runs every step direct (A/B timing, debugging).
+            graphs: Mutex::new(graph::Graphs::new(
+                std::env::var("TENSORFOLD_CUDA_GRAPHS").is_ok_and(|v| v == "0"),
+            )),
+        })
     }
 
     /// Device memory in bytes.
@@ -161,6 +181,30 @@ impl CudaBackend {
         Ok(t)
     }
 
+    /// Uploads a step's metadata image: into the backend's persistent buffer (fixed address,
+    /// `true`) when no other live batch holds it, else into a buffer of its own (`false`).
+    /// The copy is stream-ordered after every earlier launch, so the previous step has read
+    /// the old contents before they change.
+    fn upload_meta(&self, img: &[u32]) -> Result<(Arc<CudaSlice<u32>>, bool)> {
+        let mut slot = self.meta.lock().unwrap_or_else(|e| e.into_inner());
+        let free = slot.as_mut().is_none_or(|a| Arc::get_mut(a).is_some());
+        if free && slot.as_ref().is_none_or(|a| a.len() < img.len()) {
+            let n = img.len().next_power_of_two().max(4096);
+            *slot = Some(Arc::new(self.raw::<u32>(n, "batch metadata")?));
+        }
+        if let Some(buf) = slot.as_mut().and_then(Arc::get_mut) {
+            self.stream.memcpy_htod(img, buf).map_err(drv("uploading batch metadata"))?;
+        } else {
+            let mut own = self.raw::<u32>(img.len(), "batch metadata")?;
+            self.stream.memcpy_htod(img, &mut own).map_err(drv("uploading batch metadata"))?;
+            return Ok((Arc::new(own), false));
+        }
+        match slot.as_ref() {
+            Some(a) => Ok((a.clone(), true)),
+            None => Err(BackendError::Device("cuda: batch metadata buffer missing".into())),
+        }
+    }
+
     /// Device bytes for `what`, uninitialized; out-of-memory is reported by name.
     pub(crate) fn raw<T: cudarc::driver::DeviceRepr>(
         &self,
@@ -181,22 +225,32 @@ impl CudaBackend {
         })
     }
 
-    /// Launches entry point `name` with `args` in the kernel's declared order.
+    /// Launches entry point `name` with `args` in the kernel's declared order; while a step
+    /// is recorded (`graph`), the launch is logged instead and issued at the step's end.
     pub(crate) fn launch(&self, name: &str, cfg: LaunchConfig, args: &[KArg]) -> Result<()> {
         let f = self.reg.get(name)?;
-        let mut b = self.stream.launch_builder(&f);
-        for a in args {
-            match a {
-                KArg::U64(v) => b.arg(v),
-                KArg::U32(v) => b.arg(v),
-                KArg::I32(v) => b.arg(v),
-                KArg::F32(v) => b.arg(v),
-            };
+        {
+            let mut g = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(log) = g.recording() {
+                // `reg.get` found `name` among the entries, so the lookup succeeds.
+                let name = kernels::ENTRIES.iter().find(|e| e.name == name).map_or("?", |e| e.name);
+                log.push(graph::Launch { name, func: f, cfg, args: args.to_vec() });
+                return Ok(());
+            }
         }
-        // SAFETY: each op checks every shape, index and buffer size its kernel follows
-        // before calling here, and passes the arguments in the kernel's declared order with
-        // the kernel's types (device pointers as u64).
-        unsafe { b.launch(cfg) }.map(|_| ()).map_err(drv(format!("launching {name}")))
+        self.launch_now(name, &f, cfg, args)
+    }
+
+    /// Graph counts so far (replayed, captured, direct, failed).
+    pub fn graph_stats(&self) -> GraphStats {
+        self.graphs.lock().unwrap_or_else(|e| e.into_inner()).stats
+    }
+
+    /// Turns step graphs off (every step runs its launches direct) or back on.
+    pub fn set_graphs(&self, on: bool) -> Result<()> {
+        self.graph_step_end()?;
+        self.graphs.lock().unwrap_or_else(|e| e.into_inner()).disabled = !on;
+        Ok(())
     }
 }
 
@@ -264,10 +318,23 @@ impl Backend for CudaBackend {
 
     fn prepare_batch(&self, meta: &BatchMeta) -> Result<CudaBatch> {
         meta.validate(None)?;
-        let (img, at, max_block, max_pos) = CudaBatch::host_image(meta);
-        let mut dev = self.raw::<u32>(img.len(), "batch metadata")?;
-        self.stream.memcpy_htod(&img, &mut dev).map_err(drv("uploading batch metadata"))?;
-        Ok(CudaBatch { meta: meta.clone(), max_block, max_pos, dev, at })
+        // A recorded step's launches read the metadata buffer: issue them before it changes.
+        self.graph_step_end()?;
+        let (img, at, max_block) = CudaBatch::host_image(meta);
+        let (dev, fixed) = self.upload_meta(&img)?;
+        Ok(CudaBatch { meta: meta.clone(), max_block, dev, at, fixed })
+    }
+
+    fn step_begin(&self, batch: &CudaBatch) -> Result<()> {
+        self.graph_step_begin(batch.rows(), batch.fixed)
+    }
+
+    fn step_end(&self) -> Result<()> {
+        self.graph_step_end()
+    }
+
+    fn argmax(&self, t: &CudaTensor, rows: usize) -> Result<Vec<u32>> {
+        sample::argmax(self, t, rows)
     }
 
     fn embed(&self, table: &CudaWeight, batch: &CudaBatch, out: &mut CudaTensor) -> Result<()> {
@@ -340,6 +407,7 @@ impl Backend for CudaBackend {
     }
 
     fn synchronize(&self) -> Result<()> {
+        self.graph_step_end()?;
         self.stream.synchronize().map_err(drv("synchronize"))
     }
 

@@ -220,6 +220,7 @@ pub(crate) fn add(be: &CudaBackend, acc: &mut CudaTensor, x: &CudaTensor) -> Res
 }
 
 pub(crate) fn read_f32(be: &CudaBackend, t: &CudaTensor, rows: usize) -> Result<Vec<f32>> {
+    be.graph_step_end()?;
     if rows > t.rows {
         return Err(BackendError::shape("read_f32", format!("{rows} rows of {} valid", t.rows)));
     }

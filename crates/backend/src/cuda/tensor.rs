@@ -11,7 +11,9 @@
 //!   `[kv_head][slot][dim]` bf16 (a warp reads one position's head as one coalesced row).
 //! - [`CudaBatch`]: the validated [`BatchMeta`] kept on the host for checks, and one device
 //!   buffer of u32: tokens, positions, each row's offset into the flat block tables, the
-//!   logit rows, the flat tables.
+//!   logit rows, the flat tables. Offsets depend on (rows, logit rows) only, and the buffer is
+//!   the backend's persistent one while no other batch is alive, so consecutive steps of one
+//!   shape launch with the same arguments (CUDA graphs, `graph.rs`).
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use tf_checkpoint::{DType, TensorFormat, TensorView};
@@ -259,10 +261,11 @@ pub struct CudaBatch {
     pub(crate) meta: BatchMeta,
     /// Largest block id any row needs (checked against the pool at use).
     pub(crate) max_block: Option<u32>,
-    /// Largest position of any row (sizes the attention splits).
-    pub(crate) max_pos: u32,
-    pub(crate) dev: CudaSlice<u32>,
+    /// The metadata on the device: the backend's persistent buffer (`fixed`) or its own.
+    pub(crate) dev: std::sync::Arc<CudaSlice<u32>>,
     pub(crate) at: BatchLayout,
+    /// Whether `dev` is the backend's buffer at a fixed address (steps may then be graphed).
+    pub(crate) fixed: bool,
 }
 
 impl std::fmt::Debug for CudaBatch {
@@ -280,11 +283,11 @@ impl CudaBatch {
     }
     /// The device address of array `off` of the buffer.
     pub(crate) fn ptr(&self, stream: &CudaStream, off: usize) -> u64 {
-        dptr(&self.dev, stream) + 4 * off as u64
+        dptr(&*self.dev, stream) + 4 * off as u64
     }
 
     /// The host image of the device buffer and its layout, after `meta.validate`.
-    pub(crate) fn host_image(meta: &BatchMeta) -> (Vec<u32>, BatchLayout, Option<u32>, u32) {
+    pub(crate) fn host_image(meta: &BatchMeta) -> (Vec<u32>, BatchLayout, Option<u32>) {
         let rows = meta.rows();
         let mut seq_off = Vec::with_capacity(meta.seqs.len());
         let mut tables = Vec::new();
@@ -312,7 +315,6 @@ impl CudaBatch {
             let need = meta.positions[r] as usize / meta.block_size + 1;
             max_block = max_block.max(seq.block_table[..need].iter().copied().max());
         }
-        let max_pos = meta.positions.iter().copied().max().unwrap_or(0);
-        (img, at, max_block, max_pos)
+        (img, at, max_block)
     }
 }

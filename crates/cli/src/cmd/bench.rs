@@ -66,7 +66,7 @@ fn run_on<B: Backend + 'static>(a: BenchArgs, backend: B) -> Result<()> {
             stop_tokens: &[],
             chunk: rows,
         };
-        let (_, st) = gen.generate(&req, &mut |_, _| true)?;
+        let (_, st) = gen.generate_tokens(&req, &mut |_| true)?;
         println!(
             "{}",
             serde_json::json!({

@@ -101,7 +101,7 @@ fn run_on<B: Backend + 'static>(a: RunArgs, backend: B) -> Result<()> {
     let mut detok = text.detokenizer();
     let mut stdout = std::io::stdout();
     let stops = text.stop_tokens.clone();
-    let (out, stats) = gen.generate(&req, &mut |tok, _| {
+    let (out, stats) = gen.generate_tokens(&req, &mut |tok| {
         if stops.contains(&tok) {
             return false;
         }

@@ -272,6 +272,21 @@ impl<B: Backend> CausalLm<B> for Llama<B> {
     }
 
     fn forward(&mut self, kv: &mut B::Kv, meta: &BatchMeta) -> Result<Vec<f32>> {
+        let n = self.step(kv, meta)?;
+        Ok(self.backend.read_f32(&self.scratch.logits, n)?)
+    }
+
+    fn forward_greedy(&mut self, kv: &mut B::Kv, meta: &BatchMeta) -> Result<Vec<u32>> {
+        let n = self.step(kv, meta)?;
+        Ok(self.backend.argmax(&self.scratch.logits, n)?)
+    }
+}
+
+impl<B: Backend> Llama<B> {
+    /// Runs one step over `meta` (stores its KV), leaving the logits of `meta.logit_rows` in
+    /// `scratch.logits`; returns their count. The ops between `step_begin` and `step_end` are
+    /// one step to the backend (CUDA may replay them as a graph: same launches, same bits).
+    fn step(&mut self, kv: &mut B::Kv, meta: &BatchMeta) -> Result<usize> {
         let rows = meta.rows();
         if rows == 0 || rows > self.max_rows {
             return Err(EngineError::Refused(format!(
@@ -286,9 +301,20 @@ impl<B: Backend> CausalLm<B> for Llama<B> {
             )));
         }
         let batch = self.backend.prepare_batch(meta)?;
-        self.backend.embed(&self.embed_tokens, &batch, &mut self.scratch.hidden)?;
+        self.backend.step_begin(&batch)?;
+        let issued = self.issue(kv, &batch);
+        // Closed on every path: the ops issued before an error run, as they would unrecorded.
+        let ended = self.backend.step_end();
+        issued?;
+        ended?;
+        Ok(meta.logit_rows.len())
+    }
+
+    /// Every op of one step: embed, the layers, the final norm, the logits.
+    fn issue(&mut self, kv: &mut B::Kv, batch: &B::Batch) -> Result<()> {
+        self.backend.embed(&self.embed_tokens, batch, &mut self.scratch.hidden)?;
         for li in 0..self.layers.len() {
-            self.attention_block(li, kv, &batch)?;
+            self.attention_block(li, kv, batch)?;
             self.mlp_block(li)?;
         }
         let (be, sc) = (&self.backend, &mut self.scratch);
@@ -300,7 +326,7 @@ impl<B: Backend> CausalLm<B> for Llama<B> {
             out: &mut sc.normed,
         })?;
         let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
-        be.logits(&sc.normed, head, &batch, &mut sc.logits)?;
-        Ok(be.read_f32(&sc.logits, meta.logit_rows.len())?)
+        be.logits(&sc.normed, head, batch, &mut sc.logits)?;
+        Ok(())
     }
 }

@@ -22,6 +22,16 @@ pub trait CausalLm<B: Backend>: Send {
     /// Runs one step over `batch` (stores its KV) and returns the logits of
     /// `batch.logit_rows`, `(logit_rows, vocab)` row-major.
     fn forward(&mut self, kv: &mut B::Kv, batch: &BatchMeta) -> Result<Vec<f32>>;
+    /// Runs one step like [`CausalLm::forward`] and returns the greedy token of each logit
+    /// row (`Backend::argmax`: highest value, ties to the lowest id, NaN never wins), so a
+    /// GPU copies back 4 bytes a row instead of the vocabulary. For rows sampled at
+    /// temperature 0 without penalties whose logits nobody reads; the same tokens as
+    /// `sampler::argmax` on `forward`'s rows.
+    fn forward_greedy(&mut self, kv: &mut B::Kv, batch: &BatchMeta) -> Result<Vec<u32>> {
+        let logits = self.forward(kv, batch)?;
+        let vocab = self.spec().vocab_size.max(1);
+        Ok(logits.chunks_exact(vocab).map(tf_backend::argmax_row).collect())
+    }
 }
 
 /// Load-time options that do not change any value computed.

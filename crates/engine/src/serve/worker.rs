@@ -336,15 +336,22 @@ impl<B: Backend> Worker<B> {
                 meta.logit_rows.push(meta.tokens.len() as u32 - 1);
             }
         }
+        // Every row choosing a token is greedy: the device's argmax gives the tokens (the host
+        // sampler's, bit for bit) and no logits are copied back.
+        let greedy = plan.pieces.iter().all(|p| !p.wants_logits || !costly(&self.lanes[p.lane]));
         let t0 = Instant::now();
-        let result = self.model.forward(&mut self.kv, &meta);
+        let result = if greedy {
+            self.model.forward_greedy(&mut self.kv, &meta).map(Step::Tokens)
+        } else {
+            self.model.forward(&mut self.kv, &meta).map(Step::Logits)
+        };
         let secs = t0.elapsed().as_secs_f64();
         if let Ok(mut st) = self.shared.stats.lock() {
             st.steps_total += 1;
             st.step_seconds_total += secs;
         }
-        let logits = match result {
-            Ok(l) => l,
+        let out = match result {
+            Ok(o) => o,
             Err(e) => return self.fail_all(&e.to_string()),
         };
         let vocab = self.model.spec().vocab_size;
@@ -360,8 +367,13 @@ impl<B: Backend> Worker<B> {
                 picks.push((p.lane, picks.len()));
             }
         }
-        let rows = |r: usize| &logits[r * vocab..(r + 1) * vocab];
-        let tokens = pick_all(&self.lanes, &picks, rows);
+        let tokens = match out {
+            Step::Tokens(t) => t,
+            Step::Logits(logits) => {
+                let rows = |r: usize| &logits[r * vocab..(r + 1) * vocab];
+                pick_all(&self.lanes, &picks, rows)
+            }
+        };
         let mut done: Vec<(usize, Finish)> = Vec::new();
         for (&(i, _), tok) in picks.iter().zip(tokens) {
             if let Some(f) = accept(&mut self.lanes[i], tok) {
@@ -410,6 +422,12 @@ impl<B: Backend> Worker<B> {
     }
 }
 
+/// What a step gave back: the logits rows, or (every row greedy) their tokens.
+enum Step {
+    Logits(Vec<f32>),
+    Tokens(Vec<u32>),
+}
+
 /// The lane's next token from its logits row (a pure function of the lane and the row).
 fn pick(lane: &Lane, logits: &[f32]) -> u32 {
     let pos = lane.tokens.len();
@@ -419,12 +437,9 @@ fn pick(lane: &Lane, logits: &[f32]) -> u32 {
 
 /// Whether choosing the lane's token costs more than a scan of the row (a softmax and a sort
 /// of the vocabulary, ~1-3 ms at 49k entries, against ~30 us for greedy argmax).
+/// Its complement is exactly the rows the device's argmax may choose (`device_greedy`).
 fn costly(lane: &Lane) -> bool {
-    let p = &lane.job.sampler.params;
-    p.temperature != 0.0
-        || p.repetition_penalty != 1.0
-        || p.presence_penalty != 0.0
-        || p.frequency_penalty != 0.0
+    !crate::generate::device_greedy(&lane.job.sampler)
 }
 
 /// The next token of each `(lane, logits row)` in `picks`, in order. Rows whose sampling is
