@@ -55,10 +55,10 @@ fn smollm2_contract_passes_with_every_control_red() {
     let be = CpuBackend::new().expect("cpu backend");
     let (s, lines) = run(&be, SMOLLM2, None);
     println!("smollm2 contract on {}: {:.1} s", be.name(), t0.elapsed().as_secs_f64());
-    // 21 units, attention counting twice (kv_store and attention): 22 kernels, 44 controls.
+    // 22 units, attention counting twice (kv_store and attention): 23 kernels, 46 controls.
     assert_eq!(
         s.line(),
-        "SUMMARY 22 kernels: 22 pass gates 1-4, 0 fail; 44 controls: 44 red as planted, 0 missed"
+        "SUMMARY 23 kernels: 23 pass gates 1-4, 0 fail; 46 controls: 46 red as planted, 0 missed"
     );
     assert!(s.ok());
     assert_eq!(lines.last(), Some(&s.line()));
@@ -74,6 +74,8 @@ enum Fault {
     /// `kernels()` reports entries: `norm` not compiled, `elementwise` over its limits, and
     /// `sampler`, which no op of the contract drives.
     BadKernels,
+    /// `argmax` breaks ties to the HIGHEST id.
+    ArgmaxTiesHigh,
 }
 
 /// The CPU backend with one planted fault.
@@ -206,6 +208,23 @@ impl Backend for Faulty {
     fn synchronize(&self) -> Result<()> {
         self.inner.synchronize()
     }
+    fn argmax(&self, t: &CpuTensor, rows: usize) -> Result<Vec<u32>> {
+        if self.fault != Fault::ArgmaxTiesHigh {
+            return self.inner.argmax(t, rows);
+        }
+        let v = self.inner.read_f32(t, rows)?;
+        let cols = v.len() / rows.max(1);
+        let high = |r: &[f32]| {
+            let mut best = 0;
+            for (i, &x) in r.iter().enumerate() {
+                if x >= r[best] {
+                    best = i;
+                }
+            }
+            best as u32
+        };
+        Ok(v.chunks_exact(cols.max(1)).map(high).collect())
+    }
     fn kernels(&self) -> Result<Vec<KernelInfo>> {
         if self.fault != Fault::BadKernels {
             return self.inner.kernels();
@@ -215,7 +234,7 @@ impl Backend for Faulty {
         let mut add = kernel("add_bf16", "elementwise");
         add.limits = Err("launches 2048 threads, the kernel allows 1024".into());
         let mut all = vec![norm, add, kernel("argmax", "sampler")];
-        all.extend(["embed", "linear", "rope", "kv", "attention"].map(|f| kernel(f, f)));
+        all.extend(["embed", "linear", "rope", "kv", "attention", "sample"].map(|f| kernel(f, f)));
         Ok(all)
     }
 }
@@ -255,6 +274,17 @@ fn bad_kernels_fail_gates_1_and_4_of_the_units_they_serve() {
     assert!(has("norm", "gate 1", "FAIL") && has("norm", "gate 4", "PASS"), "{lines:#?}");
     assert!(has("elementwise", "gate 4", "FAIL") && has("elementwise", "gate 1", "PASS"));
     assert!(has("sampler", "unclaimed", "FAIL") && has("linear", "gate 1", "PASS"));
-    // 3 norm units, swiglu and add fail; so does the unclaimed sampler. 22 + 1 kernels.
-    assert_eq!((s.kernels, s.fail, s.missed), (23, 6, 0), "{}", s.line());
+    // 3 norm units, swiglu and add fail; so does the unclaimed sampler. 23 + 1 kernels.
+    assert_eq!((s.kernels, s.fail, s.missed), (24, 6, 0), "{}", s.line());
+}
+
+#[test]
+fn an_argmax_breaking_ties_the_wrong_way_fails_gate_2() {
+    let (s, lines) = run(&Faulty::new(Fault::ArgmaxTiesHigh), TINY, Some(Family::Sample));
+    assert_eq!(count(&lines, "sample", "gate 2", "FAIL"), 1, "{lines:#?}");
+    assert_eq!(count(&lines, "sample", "gate 3", "PASS"), 1, "{lines:#?}");
+    assert_eq!((s.kernels, s.pass, s.fail, s.missed), (1, 0, 1, 0), "{}", s.line());
+    // The plain backend passes the same unit.
+    let (ok, _) = run(&CpuBackend::new().expect("cpu backend"), TINY, Some(Family::Sample));
+    assert!(ok.ok(), "{}", ok.line());
 }

@@ -73,10 +73,12 @@ pub enum Family {
     Swiglu,
     Add,
     Logits,
+    /// Greedy sampling on the device (`Backend::argmax`).
+    Sample,
 }
 
 impl Family {
-    pub const ALL: [Family; 8] = [
+    pub const ALL: [Family; 9] = [
         Family::Embed,
         Family::RmsNorm,
         Family::Linear,
@@ -85,6 +87,7 @@ impl Family {
         Family::Swiglu,
         Family::Add,
         Family::Logits,
+        Family::Sample,
     ];
 
     pub fn name(self) -> &'static str {
@@ -97,6 +100,7 @@ impl Family {
             Family::Swiglu => "swiglu",
             Family::Add => "add",
             Family::Logits => "logits",
+            Family::Sample => "sample",
         }
     }
 
@@ -117,6 +121,7 @@ impl Family {
             Family::Rope => &["rope"],
             Family::Attention => &["kv", "attention"],
             Family::Swiglu | Family::Add => &["elementwise"],
+            Family::Sample => &["sample"],
         }
     }
 }
@@ -148,6 +153,8 @@ pub(crate) enum Unit {
     Swiglu,
     Add,
     Logits,
+    /// argmax over rows of `vocab` logits.
+    Argmax,
 }
 
 impl Unit {
@@ -161,6 +168,7 @@ impl Unit {
             Unit::Swiglu => Family::Swiglu,
             Unit::Add => Family::Add,
             Unit::Logits => Family::Logits,
+            Unit::Argmax => Family::Sample,
         }
     }
 }
@@ -184,7 +192,7 @@ pub(crate) fn units(g: &Geometry) -> Vec<Unit> {
         out.push(Unit::Rope { what: "q", heads: g.heads, style });
         out.push(Unit::Rope { what: "k", heads: g.kv_heads, style });
     }
-    out.extend([Unit::Attention, Unit::Swiglu, Unit::Add, Unit::Logits]);
+    out.extend([Unit::Attention, Unit::Swiglu, Unit::Add, Unit::Logits, Unit::Argmax]);
     out
 }
 
@@ -230,8 +238,8 @@ mod tests {
             ]
         );
         // 5 shapes, 4 of them with a bias variant, 3 norms, 4 ropes, embed, attention,
-        // swiglu, add, logits.
-        assert_eq!(units(&SMOLLM2).len(), 9 + 3 + 4 + 5);
+        // swiglu, add, logits, argmax.
+        assert_eq!(units(&SMOLLM2).len(), 9 + 3 + 4 + 6);
         assert_eq!(linear_shapes(&LLAMA3_8B)[0], ("q,o".into(), 4096, 4096));
     }
 

@@ -7,7 +7,8 @@
 //! (q and k widths); linear for every distinct weight shape (N, K) of the geometry (q/k/v/o,
 //! gate/up/down with and without bias; lm_head without, as no family has an lm_head bias);
 //! rope in both [`RopeStyle`](tf_checkpoint::spec::RopeStyle)s at q and k widths; kv_store and
-//! attention (prefill chunks and decode rows of several sequences, GQA); swiglu; add; logits.
+//! attention (prefill chunks and decode rows of several sequences, GQA); swiglu; add; logits;
+//! argmax (`sample.rs`: greedy sampling on the device, on logits known exactly).
 //! On the CPU the SUMMARY's "kernels" are these units; on CUDA also every
 //! [`Backend::kernels`] entry that no unit claims (a failure: nothing drives it).
 //!
@@ -94,6 +95,7 @@ mod ops;
 pub mod reference;
 mod report;
 mod rows;
+mod sample;
 
 use std::path::PathBuf;
 

@@ -1,4 +1,5 @@
-//! The row-wise units as [`RowCase`]s: embed, rms_norm, linear, logits, rope, swiglu, add.
+//! The row-wise units as [`RowCase`]s: embed, rms_norm, linear, logits, rope, swiglu, add
+//! (and argmax, in `sample.rs`).
 //!
 //! Each case makes its inputs once (tables of the 2,048 universe rows, weights), all bf16
 //! from the unit's seeded generator, written to scratch safetensors files and loaded through
@@ -80,6 +81,7 @@ pub fn build<'b, B: Backend + 'b>(
             let io = io.with(be, s, rng, ("x", g.hidden), |_, _, z| z)?;
             Box::new(Elementwise { io, cols: g.hidden, out: None })
         }
+        Unit::Argmax => Box::new(super::sample::ArgmaxCase::new(be, g.vocab, s, rng)?),
         Unit::Attention => {
             return Err(ContractError::Setup("attention is not a row-wise unit".into()))
         }
