@@ -5,7 +5,7 @@
 #   .gpu/tok/              tokenizer.json + tokenizer_config.json from any `synth --like smollm2`
 #   .gpu/torch_peer.py     ../shared/peers/torch_peer.py
 #   .whl/                  openai and its pure-Python deps (cp312 wheels), for bench_concurrent
-# Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge yardstick yardsticks
+# Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
 #        bench peer serve conc big summary
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
@@ -37,6 +37,14 @@ stage_judge() {
     --max-positions 1024 --f64 --threads 16 | tail -4; echo "judge smol rc=$?"
   $B judge -m $W/l8b --device cuda --reference $W/ref_l8b.json --reference-logits $W/ref_l8b.bin \
     --max-positions 1024 | tail -4; echo "judge l8b rc=$?"
+}
+# Issue 5: CUDA against HF bf16 AND the CPU float64 pass on the 8B geometry (512 positions).
+stage_judge64() {
+  H=tools/reference/history/history.json
+  [ -f $W/ref_l8b.json ] || python3 tools/reference/hf_logits.py --model $W/l8b --history $H --device cuda \
+    --out $W/ref_l8b.json --full-out $W/ref_l8b.bin >/dev/null || echo "hf_logits l8b failed"
+  $B judge -m $W/l8b --device cuda --reference $W/ref_l8b.json --reference-logits $W/ref_l8b.bin \
+    --max-positions 512 --f64 --threads 16 | tail -4; echo "judge l8b f64 rc=$?"
 }
 # How far HF is from itself on the same card (eager vs sdpa attention): the yardstick that
 # says what the judge's figures above mean on random-weight checkpoints.

@@ -72,6 +72,12 @@ impl Kernel for Ops<'_> {
                 s.store(f.as_mut_ptr(), s.load_bf16(h.as_ptr()));
                 out.extend(f.iter().map(|x| x.to_bits()));
                 out.push(s.reduce(v).to_bits());
+                // 16 distinct vectors (rotations, scaled) summed at once.
+                let dbl: Vec<f32> = c.iter().chain(c).copied().collect();
+                let vs: [S::V; 16] = std::array::from_fn(|i| {
+                    s.mul(s.load(dbl.as_ptr().add(i)), s.splat(1.0 + i as f32 / 16.0))
+                });
+                out.extend(s.reduce16(&vs).iter().map(|x| x.to_bits()));
                 s.store(f.as_mut_ptr(), s.min(s.max(v, s.splat(-3.0)), s.splat(2.0)));
                 out.extend(f.iter().map(|x| x.to_bits()));
                 s.store(f.as_mut_ptr(), s.max(s.splat(f32::NAN), v));

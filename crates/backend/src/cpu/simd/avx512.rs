@@ -198,6 +198,49 @@ impl Simd for Avx512 {
         }
     }
     #[inline(always)]
+    fn reduce16(self, v: &[__m512; 16]) -> [f32; 16] {
+        // The tree of `reduce` for 16 vectors at once, each add serving several vectors:
+        // (i, i+8) of two vectors per add (halves), then (i, i+4) of four (128-bit quarters),
+        // (i, i+2) within quarters, (0, 1). The same operand pairs as `reduce`, so the same
+        // bits; lane 4q + j of the result holds the sum of v[4j + q].
+        // SAFETY: see the impl comment.
+        unsafe {
+            // No closures here: they would not inherit the target features, so the intrinsics
+            // could stay calls.
+            let mut w = [_mm512_setzero_ps(); 8];
+            for k in 0..8 {
+                let (a, b) = (v[2 * k], v[2 * k + 1]);
+                w[k] = _mm512_add_ps(
+                    _mm512_shuffle_f32x4::<0x44>(a, b),
+                    _mm512_shuffle_f32x4::<0xee>(a, b),
+                );
+            }
+            let mut z = [_mm512_setzero_ps(); 4];
+            for m in 0..4 {
+                let (a, b) = (w[2 * m], w[2 * m + 1]);
+                z[m] = _mm512_add_ps(
+                    _mm512_shuffle_f32x4::<0x88>(a, b),
+                    _mm512_shuffle_f32x4::<0xdd>(a, b),
+                );
+            }
+            let mut u = [_mm512_setzero_ps(); 2];
+            for p in 0..2 {
+                let (a, b) = (z[2 * p], z[2 * p + 1]);
+                u[p] =
+                    _mm512_add_ps(_mm512_shuffle_ps::<0x44>(a, b), _mm512_shuffle_ps::<0xee>(a, b));
+            }
+            let (a, b) = (u[0], u[1]);
+            let r = _mm512_add_ps(_mm512_shuffle_ps::<0x88>(a, b), _mm512_shuffle_ps::<0xdd>(a, b));
+            let mut t = [0f32; 16];
+            _mm512_storeu_ps(t.as_mut_ptr(), r);
+            let mut out = [0f32; 16];
+            for (i, o) in out.iter_mut().enumerate() {
+                *o = t[(i % 4) * 4 + i / 4];
+            }
+            out
+        }
+    }
+    #[inline(always)]
     fn f16_to_f32(self, bits: u16) -> f32 {
         // SAFETY: see the impl comment (F16C).
         unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))) }

@@ -183,6 +183,16 @@ pub trait Simd: Copy + Send + Sync + 'static {
     fn splat_f16x2(self, bits: u32) -> (Self::V, Self::V);
     /// The 16 lanes summed in the fixed tree (8+8, 4+4, 2+2, 1+1).
     fn reduce(self, v: Self::V) -> f32;
+    /// `out[i] = self.reduce(v[i])` bit for bit: the same tree for 16 vectors at once (a
+    /// level may interleave them, as AVX-512 does with 15 adds instead of 60).
+    #[inline(always)]
+    fn reduce16(self, v: &[Self::V; 16]) -> [f32; 16] {
+        let mut out = [0f32; 16];
+        for (o, &x) in out.iter_mut().zip(v) {
+            *o = self.reduce(x);
+        }
+        out
+    }
     /// Exact IEEE binary16 -> f32.
     fn f16_to_f32(self, bits: u16) -> f32;
     /// A hint to bring the cache line of `p` in; `p` need not be valid (never dereferenced).
