@@ -128,17 +128,10 @@ impl Sampler {
     }
 }
 
-/// Highest logit, ties to the lowest id. NaN never wins.
+/// Highest logit, ties to the lowest id. NaN never wins. The one rule, shared with the
+/// backends' device argmax (`tf_backend::argmax_row`).
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0usize;
-    let mut best_v = f32::NEG_INFINITY;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > best_v {
-            best = i;
-            best_v = v;
-        }
-    }
-    best as u32
+    tf_backend::argmax_row(logits)
 }
 
 fn apply_penalties(logits: &[f32], p: &SamplingParams, prompt: &[u32], output: &[u32]) -> Vec<f32> {

@@ -4,7 +4,7 @@
 //! The rule is the host's (`crate::argmax_row`, the engine's `sampler::argmax`): the highest
 //! value, ties to the lowest id, NaN never wins, 0 when nothing is above -inf. The kernel's
 //! reduction order cannot change the answer (see sample.cu), so one block per row with any
-//! tree gives the host's token; `tests/cuda_ops.rs` checks it against the host on random,
+//! tree gives the host's token; `tests/cuda_graphs.rs` checks it against the host on random,
 //! tied, NaN and -inf rows.
 //! Not yet here: temperature / top-k / top-p / min-p sampling with the Philox draw (those rows
 //! still copy their logits back and sample on the host).

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod bench;
+pub mod cuda;
 
 use tf_backend::cpu::{CpuBackend, CpuConfig, CpuTensor, CpuWeight, SimdLevel};
 use tf_backend::Backend;

@@ -1,0 +1,68 @@
+//! Helpers of the GPU tests (`cuda_ops.rs`, `cuda_linear.rs`): the backends, uploads, bit
+//! views and the linear/batch plumbing they share.
+
+use tf_backend::batch::{BatchMeta, SeqMeta};
+use tf_backend::cpu::CpuBackend;
+use tf_backend::cuda::{CudaBackend, CudaTensor};
+use tf_backend::{ActDType, Backend};
+
+/// Row counts of the row-invariance checks below 2,048.
+pub const ROWS: [usize; 7] = [1, 2, 3, 8, 16, 17, 128];
+
+pub fn gpu() -> CudaBackend {
+    CudaBackend::new(0).unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub fn cpu() -> CpuBackend {
+    CpuBackend::new().expect("cpu backend")
+}
+
+pub fn up(g: &CudaBackend, rows: usize, cols: usize, bits: &[u16]) -> CudaTensor {
+    g.upload_bf16(rows, cols, bits).expect("upload")
+}
+
+/// bf16 bits of f32 values that hold bf16 values.
+pub fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// (max |a - b|, elements whose bits differ).
+pub fn diff(a: &[f32], b: &[f32]) -> (f32, usize) {
+    assert_eq!(a.len(), b.len());
+    let mut m = 0f32;
+    let mut n = 0;
+    for (x, y) in a.iter().zip(b) {
+        assert!(x.is_finite() && y.is_finite(), "non-finite value {x} vs {y}");
+        m = m.max((x - y).abs());
+        n += (x.to_bits() != y.to_bits()) as usize;
+    }
+    (m, n)
+}
+
+pub fn batch(positions: Vec<u32>, row_seq: Vec<u32>, seqs: Vec<SeqMeta>, bs: usize) -> BatchMeta {
+    let rows = positions.len();
+    BatchMeta {
+        tokens: vec![0; rows],
+        positions,
+        row_seq,
+        seqs,
+        logit_rows: vec![],
+        block_size: bs,
+    }
+}
+
+/// linear on the GPU for `rows` of `xb` (row-major, k wide); returns f32 values.
+pub fn gpu_linear(
+    g: &CudaBackend,
+    xb: &[u16],
+    rows: usize,
+    w: &tf_backend::cuda::CudaWeight,
+    bias: Option<&tf_backend::cuda::CudaWeight>,
+    dt: ActDType,
+) -> Vec<f32> {
+    let (n, k) = w.shape();
+    let x = up(g, rows, k, &xb[..rows * k]);
+    let mut out = g.alloc(dt, rows, n).unwrap();
+    g.linear(&x, w, bias, &mut out).unwrap();
+    g.read_f32(&out, rows).unwrap()
+}
