@@ -234,7 +234,9 @@ impl Backend for Faulty {
         let mut add = kernel("add_bf16", "elementwise");
         add.limits = Err("launches 2048 threads, the kernel allows 1024".into());
         let mut all = vec![norm, add, kernel("argmax", "sampler")];
-        all.extend(["embed", "linear", "rope", "kv", "attention", "sample"].map(|f| kernel(f, f)));
+        all.extend(
+            ["embed", "linear", "gemm", "rope", "kv", "attention", "sample"].map(|f| kernel(f, f)),
+        );
         Ok(all)
     }
 }

@@ -117,7 +117,7 @@ impl Family {
         match self {
             Family::Embed => &["embed"],
             Family::RmsNorm => &["norm"],
-            Family::Linear | Family::Logits => &["linear"],
+            Family::Linear | Family::Logits => &["linear", "gemm"],
             Family::Rope => &["rope"],
             Family::Attention => &["kv", "attention"],
             Family::Swiglu | Family::Add => &["elementwise"],

@@ -34,6 +34,7 @@ pub const FAMILIES: &[Family] = &[
     Family { name: "kv", source: include_str!("../../kernels/kv.cu") },
     Family { name: "attention", source: include_str!("../../kernels/attention.cu") },
     Family { name: "linear", source: include_str!("../../kernels/linear.cu") },
+    Family { name: "gemm", source: include_str!("../../kernels/gemm.cu") },
     Family { name: "sample", source: include_str!("../../kernels/sample.cu") },
 ];
 

@@ -37,7 +37,7 @@ pub(crate) const LINEAR_MAX_SLICES: u32 = 16;
 /// Token tiles (of 8) per block of `linear_bf16`.
 pub(crate) const LINEAR_NT: u32 = 4;
 
-/// Launch shape of `linear_bf16_tiled` (the TL_* constants in linear.cu).
+/// Launch shape of `linear_bf16_tiled` (the TL_* constants in gemm.cu).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TiledShape {
     pub name: &'static str,
@@ -100,7 +100,7 @@ pub(crate) const ENTRIES: &[Entry] = &[
     },
     Entry {
         name: LINEAR_TILED.name,
-        family: "linear",
+        family: "gemm",
         threads: LINEAR_TILED.threads,
         dyn_smem: LINEAR_TILED.smem,
     },

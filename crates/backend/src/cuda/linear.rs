@@ -1,4 +1,4 @@
-//! `linear` and `logits` on the tensor cores (`kernels/linear.cu`).
+//! `linear` and `logits` on the tensor cores (`kernels/linear.cu`, `kernels/gemm.cu`).
 //!
 //! Every output element is a chain of mma.sync m16n8k16 steps (bf16 products, f32
 //! accumulation) over fixed K slices, the slices' partials added in order, then the bias,
