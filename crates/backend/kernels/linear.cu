@@ -19,7 +19,10 @@
 // slices on warps; for decode and small batches) and linear_bf16_tiled (gemm.cu: shared-memory
 // tiles, a cp.async pipeline, one CTA walking every slice in order; for prefill). Same mma, same K
 // mapping, same slices, same zero padding, same combine order: the same bits for every
-// element (the contract's row gate and tests/cuda_ops.rs check it).
+// element (the contract's row gate and tests/cuda_ops.rs check it). The grouped decode entries
+// at the end (linear_bf16_group: q, k, v in one launch; linear_bf16_swiglu: gate and up with
+// the SwiGLU epilogue) run the same slice chains and combine, so they give linear_bf16's bits
+// (tests/cuda_fused.rs compares them with the separate launches bit for bit).
 
 __device__ __forceinline__ uint4 ld_stream(const bf16* p) {
     uint4 v;
@@ -35,24 +38,12 @@ __device__ __forceinline__ uint4 ld_act16(const bf16* p) {
     return v;
 }
 
-// grid: (ceil(n / 16), ceil(rows / (8 * NT))); block: 32 * S threads; dynamic shared memory
-// S * NT * 32 * 4 floats. `row_idx` (nullable) maps output row i to input row row_idx[i]
-// (logits); out_mode: 0 bf16, 1 f32, 2 f32 holding bf16-rounded values. k % 8 == 0 and
-// slice_len % 32 == 0 (checked by the host).
-template <int NT, int UNROLL>
-__device__ __forceinline__ void linear_body(
-    const bf16* __restrict__ w, const bf16* __restrict__ x, const u32* __restrict__ row_idx,
-    const float* __restrict__ bias, void* out, int out_mode, u32 n, u32 k, u32 rows,
-    u32 slice_len) {
-    extern __shared__ float part[];  // [S][NT][32 lanes][4]
-    const u32 lane = threadIdx.x & 31, s = threadIdx.x >> 5, S = blockDim.x >> 5;
-    const u32 g = lane >> 2, c = lane & 3;
-    const u32 n0 = blockIdx.x * 16, t0 = blockIdx.y * 8 * NT;
-    const bool va = n0 + g < n, vb = n0 + g + 8 < n;
-    const bf16* wa = w + (u64)(va ? n0 + g : 0) * k;
-    const bf16* wb = w + (u64)(vb ? n0 + g + 8 : 0) * k;
-    const bf16* xr[NT];
-    bool vx[NT];
+// Row pointers of token g of each of a CTA's NT token tiles (tiles start at t0); padding
+// tokens (past `rows`) read row 0 but are masked to zero.
+template <int NT>
+__device__ __forceinline__ void token_rows(
+    const bf16* __restrict__ x, const u32* __restrict__ row_idx, u32 k, u32 rows, u32 t0, u32 g,
+    const bf16* xr[NT], bool vx[NT]) {
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         const u32 tok = t0 + 8 * t + g;
@@ -60,12 +51,25 @@ __device__ __forceinline__ void linear_body(
         const u32 src = vx[t] ? (row_idx ? row_idx[tok] : tok) : 0;
         xr[t] = x + (u64)src * k;
     }
+}
+
+// One K slice [k_begin, min(k, k_begin + slice_len)) of features n0 .. n0 + 15 of `w` for the
+// NT token tiles: a chain of mma steps from +0 in the fixed super-step order, its partials
+// stored to part[(job * NT + t) * 128 + lane * 4 + i]. Every entry point below runs exactly
+// this chain for each (feature tile, slice), whichever warp runs it.
+template <int NT, int UNROLL>
+__device__ __forceinline__ void slice_chain(
+    const bf16* __restrict__ w, u32 n, u32 k, u32 n0, u32 t0, u32 rows, const bf16* const xr[NT],
+    const bool vx[NT], u32 k_begin, u32 slice_len, float* part, u32 job) {
+    const u32 lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const bool va = n0 + g < n, vb = n0 + g + 8 < n;
+    const bf16* wa = w + (u64)(va ? n0 + g : 0) * k;
+    const bf16* wb = w + (u64)(vb ? n0 + g + 8 : 0) * k;
     float acc[NT][4];
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
         for (int i = 0; i < 4; i++) acc[t][i] = 0.0f;
-    const u32 k_begin = s * slice_len;
     const u32 k_end = min(k, k_begin + slice_len);
     const uint4 zero = make_uint4(0, 0, 0, 0);
     for (u32 kk = k_begin; kk < k_end; kk += 32 * UNROLL) {
@@ -95,15 +99,47 @@ __device__ __forceinline__ void linear_body(
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) part[((s * NT + t) * 32 + lane) * 4 + i] = acc[t][i];
+        for (int i = 0; i < 4; i++) part[((job * NT + t) * 32 + lane) * 4 + i] = acc[t][i];
+}
+
+// Element e (of NT * 128) of a CTA's tile: its feature and token.
+template <int NT>
+__device__ __forceinline__ void tile_elem(u32 e, u32 n0, u32 t0, u32* f, u32* tok) {
+    const u32 t = e / 128, ln = (e / 4) % 32, i = e % 4;
+    *f = n0 + (ln >> 2) + (i >= 2 ? 8 : 0);
+    *tok = t0 + 8 * t + (ln & 3) * 2 + (i & 1);
+}
+
+// The slices' partials of element e, added in slice order: part0, += part1, ...
+template <int NT>
+__device__ __forceinline__ float slice_total(const float* part, u32 e, u32 first, u32 S) {
+    float total = part[first * NT * 128 + e];
+    for (u32 s2 = 1; s2 < S; s2++) total += part[(first + s2) * NT * 128 + e];
+    return total;
+}
+
+// grid: (ceil(n / 16), ceil(rows / (8 * NT))); block: 32 * S threads; dynamic shared memory
+// S * NT * 32 * 4 floats. `row_idx` (nullable) maps output row i to input row row_idx[i]
+// (logits); out_mode: 0 bf16, 1 f32, 2 f32 holding bf16-rounded values. k % 8 == 0 and
+// slice_len % 32 == 0 (checked by the host).
+template <int NT, int UNROLL>
+__device__ __forceinline__ void linear_body(
+    const bf16* __restrict__ w, const bf16* __restrict__ x, const u32* __restrict__ row_idx,
+    const float* __restrict__ bias, void* out, int out_mode, u32 n, u32 k, u32 rows,
+    u32 slice_len) {
+    extern __shared__ float part[];  // [S][NT][32 lanes][4]
+    const u32 lane = threadIdx.x & 31, s = threadIdx.x >> 5, S = blockDim.x >> 5;
+    const u32 n0 = blockIdx.x * 16, t0 = blockIdx.y * 8 * NT;
+    const bf16* xr[NT];
+    bool vx[NT];
+    token_rows<NT>(x, row_idx, k, rows, t0, lane >> 2, xr, vx);
+    slice_chain<NT, UNROLL>(w, n, k, n0, t0, rows, xr, vx, s * slice_len, slice_len, part, s);
     __syncthreads();
     for (u32 e = threadIdx.x; e < NT * 32 * 4; e += blockDim.x) {
-        const u32 t = e / 128, ln = (e / 4) % 32, i = e % 4;
-        const u32 f = n0 + (ln >> 2) + (i >= 2 ? 8 : 0);
-        const u32 tok = t0 + 8 * t + (ln & 3) * 2 + (i & 1);
+        u32 f, tok;
+        tile_elem<NT>(e, n0, t0, &f, &tok);
         if (f >= n || tok >= rows) continue;
-        float total = part[e];
-        for (u32 s2 = 1; s2 < S; s2++) total += part[s2 * NT * 128 + e];
+        float total = slice_total<NT>(part, e, 0, S);
         if (bias) total += bias[f];
         const u64 at = (u64)tok * n + f;
         if (out_mode == 0) ((bf16*)out)[at] = f2bf(total);
@@ -120,3 +156,108 @@ __device__ __forceinline__ void linear_body(
         linear_body<NT, UNROLL>(w, x, row_idx, bias, out, out_mode, n, k, rows, slice_len);  \
     }
 LINEAR_ENTRY(linear_bf16, 4, 4)
+// Decode rows (at most 8: one token tile): fewer registers per warp, twice the loads in flight.
+// UNROLL only groups super-steps for loading (the mma chain is the same sequence), and NT only
+// how many token tiles a CTA covers: the same bits for every element.
+LINEAR_ENTRY(linear_bf16_d8, 1, 8)
+
+// ---- Grouped products (decode): several weights over the same x in one launch. ----
+// Each CTA covers one 16-feature tile of one weight; its warps run that weight's K slices
+// (warp w runs slices w, w + W, ...: which warp runs a slice changes no bit), each through
+// slice_chain, then the partials are added in slice order, the bias, one rounding: exactly
+// linear_bf16's arithmetic for every element, with that weight's own k_split.
+
+// group_body: up to three weights (q, k, v). Weight j has n_j features, K split (sl_j, len_j)
+// and ctas_j = ceil(n_j / 16) tiles; CTA x in [0, ctas_0) is weight 0, then weight 1, then
+// weight 2. grid: (sum ctas_j, ceil(rows / (8 NT))); block: 32 * W threads; dynamic shared
+// memory max_j(sl_j) * NT * 128 floats. bf16 outputs.
+#define GROUP_PARAMS                                                                          \
+    const bf16 *__restrict__ x, u32 k, u32 rows, const bf16 *w0, const float *b0, bf16 *o0,   \
+        u32 n_0, u32 sl0, u32 len0, u32 ctas0, const bf16 *w1, const float *b1, bf16 *o1,     \
+        u32 n_1, u32 sl1, u32 len1, u32 ctas1, const bf16 *w2, const float *b2, bf16 *o2,     \
+        u32 n_2, u32 sl2, u32 len2
+#define GROUP_ARGS \
+    x, k, rows, w0, b0, o0, n_0, sl0, len0, ctas0, w1, b1, o1, n_1, sl1, len1, ctas1, w2, b2, o2, n_2, sl2, len2
+
+template <int NT, int UNROLL>
+__device__ __forceinline__ void group_body(GROUP_PARAMS) {
+    extern __shared__ float part[];  // [S][NT][32 lanes][4]
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
+    u32 bx = blockIdx.x;
+    const bf16* w = w0;
+    const float* bias = b0;
+    bf16* out = o0;
+    u32 n = n_0, S = sl0, len = len0;
+    if (bx >= ctas0) {
+        bx -= ctas0;
+        if (bx >= ctas1) {
+            bx -= ctas1;
+            w = w2, bias = b2, out = o2, n = n_2, S = sl2, len = len2;
+        } else {
+            w = w1, bias = b1, out = o1, n = n_1, S = sl1, len = len1;
+        }
+    }
+    const u32 n0 = bx * 16, t0 = blockIdx.y * 8 * NT;
+    const bf16* xr[NT];
+    bool vx[NT];
+    token_rows<NT>(x, nullptr, k, rows, t0, lane >> 2, xr, vx);
+    for (u32 j = warp; j < S; j += W)
+        slice_chain<NT, UNROLL>(w, n, k, n0, t0, rows, xr, vx, j * len, len, part, j);
+    __syncthreads();
+    for (u32 e = threadIdx.x; e < NT * 32 * 4; e += blockDim.x) {
+        u32 f, tok;
+        tile_elem<NT>(e, n0, t0, &f, &tok);
+        if (f >= n || tok >= rows) continue;
+        float total = slice_total<NT>(part, e, 0, S);
+        if (bias) total += bias[f];
+        out[(u64)tok * n + f] = f2bf(total);
+    }
+}
+extern "C" __global__ void __launch_bounds__(256) linear_bf16_group(GROUP_PARAMS) {
+    group_body<4, 4>(GROUP_ARGS);
+}
+
+// swiglu_body: gate and up (both (n, k), K split (S, len), no bias) for the same 16
+// features in one CTA: jobs 0 .. S-1 are gate's slices, S .. 2S-1 up's. Writes
+// gate = bf16(x Wg^T), up = bf16(x Wu^T) and act = bf16(bf16(silu(gate)) * up), the
+// `swiglu` kernel's formula on those bf16 values (elementwise.cu), so act has its bits.
+// grid: (ceil(n / 16), ceil(rows / (8 NT))); block: 32 * W; shared 2S * NT * 128 floats.
+#define SWIGLU_PARAMS                                                                          \
+    const bf16 *__restrict__ x, u32 k, u32 rows, const bf16 *wg, const bf16 *wu, bf16 *gate,   \
+        bf16 *up, bf16 *act, u32 n, u32 S, u32 len
+#define SWIGLU_ARGS x, k, rows, wg, wu, gate, up, act, n, S, len
+
+template <int NT, int UNROLL>
+__device__ __forceinline__ void swiglu_body(SWIGLU_PARAMS) {
+    extern __shared__ float part[];  // [2S][NT][32 lanes][4]
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
+    const u32 n0 = blockIdx.x * 16, t0 = blockIdx.y * 8 * NT;
+    const bf16* xr[NT];
+    bool vx[NT];
+    token_rows<NT>(x, nullptr, k, rows, t0, lane >> 2, xr, vx);
+    for (u32 j = warp; j < 2 * S; j += W) {
+        const bf16* w = j < S ? wg : wu;
+        const u32 s = j < S ? j : j - S;
+        slice_chain<NT, UNROLL>(w, n, k, n0, t0, rows, xr, vx, s * len, len, part, j);
+    }
+    __syncthreads();
+    for (u32 e = threadIdx.x; e < NT * 32 * 4; e += blockDim.x) {
+        u32 f, tok;
+        tile_elem<NT>(e, n0, t0, &f, &tok);
+        if (f >= n || tok >= rows) continue;
+        const bf16 gb = f2bf(slice_total<NT>(part, e, 0, S));
+        const bf16 ub = f2bf(slice_total<NT>(part, e, S, S));
+        const u64 at = (u64)tok * n + f;
+        gate[at] = gb;
+        up[at] = ub;
+        const float gv = bf2f(gb);
+        const float s = rbf(gv / (1.0f + expf(-gv)));
+        act[at] = f2bf(s * bf2f(ub));
+    }
+}
+extern "C" __global__ void __launch_bounds__(256) linear_bf16_swiglu(SWIGLU_PARAMS) {
+    swiglu_body<4, 4>(SWIGLU_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256) linear_bf16_swiglu_d8(SWIGLU_PARAMS) {
+    swiglu_body<1, 8>(SWIGLU_ARGS);
+}

@@ -23,6 +23,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod error;
 pub mod f64ref;
+pub mod sample;
 
 pub use batch::{BatchMeta, KvGeometry, SeqMeta};
 pub use error::{BackendError, Result};
@@ -107,6 +108,45 @@ pub trait Backend: Send {
     /// Residual: `acc = bf16(acc + x)`.
     fn add(&self, acc: &mut Self::Tensor, x: &Self::Tensor) -> Result<()>;
 
+    /// Fused residual and norm: `acc = bf16(acc + x)`, then `out = rms_norm(acc)` (groups of
+    /// `group` columns). Bit for bit [`Backend::add`] then [`Backend::rms_norm`] (the default);
+    /// a GPU does both in one launch.
+    fn add_rms_norm(&self, a: AddNormArgs<'_, Self>) -> Result<()> {
+        self.add(a.acc, a.x)?;
+        let (weight, eps, group) = (a.weight, a.eps, a.group);
+        self.rms_norm(NormArgs { x: a.acc, weight, eps, group, out: a.out })
+    }
+
+    /// Several products of the same `x`: `parts[j].out = x @ parts[j].w^T (+ bias)`. Bit for
+    /// bit one [`Backend::linear`] per part (the default); a GPU may launch them together
+    /// (q, k, v), each weight keeping its own K split.
+    fn linear_group(&self, x: &Self::Tensor, parts: &mut [LinearPart<'_, Self>]) -> Result<()> {
+        for p in parts.iter_mut() {
+            self.linear(x, p.w, p.bias, p.out)?;
+        }
+        Ok(())
+    }
+
+    /// The gated MLP's first half: `gate = x @ gate_w^T`, `up = x @ up_w^T` (both written) and
+    /// `out = bf16(bf16(silu(gate)) * up)`. Bit for bit two [`Backend::linear`] calls and
+    /// [`Backend::swiglu`] (the default); a GPU may compute matching gate and up features in
+    /// one launch with the SwiGLU epilogue.
+    fn linear_swiglu(&self, a: SwigluArgs<'_, Self>) -> Result<()> {
+        self.linear(a.x, a.gate_w, None, a.gate)?;
+        self.linear(a.x, a.up_w, None, a.up)?;
+        self.swiglu(a.gate, a.up, a.out)
+    }
+
+    /// The attention block's rope and KV write: [`Backend::rope`] of `q` and of `k` (in
+    /// place), then [`Backend::kv_store`] of the rotated `k` and `v` into `layer`. Bit for bit
+    /// those three ops (the default); a GPU does them in one launch.
+    fn rope_kv_store(&self, a: RopeKvArgs<'_, Self>) -> Result<()> {
+        let (head_dim, style, table, batch) = (a.head_dim, a.style, a.table, a.batch);
+        self.rope(RopeArgs { x: a.q, heads: a.heads, head_dim, style, table, batch })?;
+        self.rope(RopeArgs { x: a.k, heads: a.kv_heads, head_dim, style, table, batch })?;
+        self.kv_store(a.kv, a.layer, a.k, a.v, batch)
+    }
+
     /// Logits of the batch's `logit_rows`: `out[i] = x[logit_rows[i]] @ w^T` rounded to bf16,
     /// held in an f32 tensor of `(logit_rows.len(), vocab)`.
     fn logits(
@@ -160,6 +200,25 @@ pub trait Backend: Send {
         Ok(v.chunks_exact(cols).map(argmax_row).collect())
     }
 
+    /// The sampled token of each of the first `rows` rows of a logits tensor under its
+    /// [`sample::Draw`] (`draws.len() == rows`): the definition of [`sample::sample_row`]
+    /// (temperature 0 is [`Backend::argmax`]'s rule). A GPU computes it there and copies back 4
+    /// bytes a row; the default reads the rows back and runs the host definition.
+    fn sample(&self, t: &Self::Tensor, rows: usize, draws: &[sample::Draw]) -> Result<Vec<u32>> {
+        if draws.len() != rows {
+            return Err(BackendError::shape(
+                "sample",
+                format!("{} draws for {rows} rows", draws.len()),
+            ));
+        }
+        let v = self.read_f32(t, rows)?;
+        let cols = v.len().checked_div(rows).unwrap_or(0);
+        if cols == 0 {
+            return Ok(vec![0; rows]);
+        }
+        Ok(v.chunks_exact(cols).zip(draws).map(|(r, d)| sample::sample_row(r, d)).collect())
+    }
+
     /// The compiled kernels behind the ops, with their resource use against the device's
     /// limits: gates 1 (compiles) and 4 (limits) of the kernel contract. A backend with no
     /// separately compiled kernels (the CPU) reports none.
@@ -207,6 +266,55 @@ pub struct NormArgs<'a, B: Backend + ?Sized> {
     /// Columns normalized together: the row width, or head_dim for per-head q/k norms.
     pub group: usize,
     pub out: &'a mut B::Tensor,
+}
+
+/// Arguments of [`Backend::add_rms_norm`].
+pub struct AddNormArgs<'a, B: Backend + ?Sized> {
+    /// The residual stream, updated in place.
+    pub acc: &'a mut B::Tensor,
+    pub x: &'a B::Tensor,
+    pub weight: &'a B::Weight,
+    pub eps: f32,
+    pub group: usize,
+    pub out: &'a mut B::Tensor,
+}
+
+/// One product of [`Backend::linear_group`].
+pub struct LinearPart<'a, B: Backend + ?Sized> {
+    pub w: &'a B::Weight,
+    pub bias: Option<&'a B::Weight>,
+    pub out: &'a mut B::Tensor,
+}
+
+/// Arguments of [`Backend::linear_swiglu`].
+pub struct SwigluArgs<'a, B: Backend + ?Sized> {
+    pub x: &'a B::Tensor,
+    pub gate_w: &'a B::Weight,
+    pub up_w: &'a B::Weight,
+    /// `(rows, n)` bf16: the products, written too.
+    pub gate: &'a mut B::Tensor,
+    pub up: &'a mut B::Tensor,
+    /// `(rows, n)`: the SwiGLU activation.
+    pub out: &'a mut B::Tensor,
+}
+
+/// Arguments of [`Backend::rope_kv_store`].
+pub struct RopeKvArgs<'a, B: Backend + ?Sized> {
+    /// (rows, heads * head_dim), rotated in place.
+    pub q: &'a mut B::Tensor,
+    /// (rows, kv_heads * head_dim), rotated in place, then stored.
+    pub k: &'a mut B::Tensor,
+    /// (rows, kv_heads * head_dim), stored.
+    pub v: &'a B::Tensor,
+    pub kv: &'a mut B::Kv,
+    pub layer: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub style: tf_checkpoint::spec::RopeStyle,
+    /// As [`RopeArgs::table`].
+    pub table: &'a B::Weight,
+    pub batch: &'a B::Batch,
 }
 
 /// Arguments of [`Backend::rope`].

@@ -7,10 +7,12 @@
 //!   `linear` that perturbs one row whenever a call has more than one row must fail gate 3 of
 //!   every linear unit; a `linear` 1% off must fail gate 2 of every linear unit; a backend
 //!   reporting a kernel that did not compile, one over its limits, and one no op drives must
-//!   fail gates 1 and 4 of exactly the units those kernels serve.
+//!   fail gates 1 and 4 of exactly the units those kernels serve; an argmax breaking ties
+//!   high, and a sampler drawing with `1 - u`, must fail gate 2 of the `sample` unit.
 
 use tf_backend::contract::{self, ContractConfig, Family, Geometry, Summary, SMOLLM2};
 use tf_backend::cpu::{CpuBackend, CpuBatch, CpuKv, CpuTensor, CpuWeight};
+use tf_backend::sample::Draw;
 use tf_backend::{
     ActDType, AttnArgs, Backend, BatchMeta, KernelInfo, KvGeometry, NormArgs, Result, RopeArgs,
 };
@@ -55,10 +57,10 @@ fn smollm2_contract_passes_with_every_control_red() {
     let be = CpuBackend::new().expect("cpu backend");
     let (s, lines) = run(&be, SMOLLM2, None);
     println!("smollm2 contract on {}: {:.1} s", be.name(), t0.elapsed().as_secs_f64());
-    // 22 units, attention counting twice (kv_store and attention): 23 kernels, 46 controls.
+    // 28 units, attention counting twice (kv_store and attention): 29 kernels, 58 controls.
     assert_eq!(
         s.line(),
-        "SUMMARY 23 kernels: 23 pass gates 1-4, 0 fail; 46 controls: 46 red as planted, 0 missed"
+        "SUMMARY 29 kernels: 29 pass gates 1-4, 0 fail; 58 controls: 58 red as planted, 0 missed"
     );
     assert!(s.ok());
     assert_eq!(lines.last(), Some(&s.line()));
@@ -76,6 +78,8 @@ enum Fault {
     BadKernels,
     /// `argmax` breaks ties to the HIGHEST id.
     ArgmaxTiesHigh,
+    /// `sample` draws with `1 - u` instead of `u` (walks the survivors from the far end).
+    SampleMirrored,
 }
 
 /// The CPU backend with one planted fault.
@@ -208,6 +212,15 @@ impl Backend for Faulty {
     fn synchronize(&self) -> Result<()> {
         self.inner.synchronize()
     }
+    fn sample(&self, t: &CpuTensor, rows: usize, draws: &[Draw]) -> Result<Vec<u32>> {
+        if self.fault != Fault::SampleMirrored {
+            return self.inner.sample(t, rows, draws);
+        }
+        let below_one = 1.0 - 1.0 / (1u64 << 53) as f64;
+        let mirrored: Vec<Draw> =
+            draws.iter().map(|d| Draw { uniform: below_one - d.uniform, ..*d }).collect();
+        self.inner.sample(t, rows, &mirrored)
+    }
     fn argmax(&self, t: &CpuTensor, rows: usize) -> Result<Vec<u32>> {
         if self.fault != Fault::ArgmaxTiesHigh {
             return self.inner.argmax(t, rows);
@@ -276,8 +289,22 @@ fn bad_kernels_fail_gates_1_and_4_of_the_units_they_serve() {
     assert!(has("norm", "gate 1", "FAIL") && has("norm", "gate 4", "PASS"), "{lines:#?}");
     assert!(has("elementwise", "gate 4", "FAIL") && has("elementwise", "gate 1", "PASS"));
     assert!(has("sampler", "unclaimed", "FAIL") && has("linear", "gate 1", "PASS"));
-    // 3 norm units, swiglu and add fail; so does the unclaimed sampler. 23 + 1 kernels.
-    assert_eq!((s.kernels, s.fail, s.missed), (24, 6, 0), "{}", s.line());
+    // 3 norm units, swiglu, add and the 6 fused units (they claim norm and elementwise)
+    // fail; so does the unclaimed sampler. 29 + 1 kernels.
+    assert_eq!((s.kernels, s.fail, s.missed), (30, 12, 0), "{}", s.line());
+}
+
+#[test]
+fn the_fused_units_see_a_faulty_linear_through_the_default_composition() {
+    // The CPU runs the trait's default fused ops, so a broken `linear` breaks q/k/v (with and
+    // without bias) and gate/up+swiglu; add_rms_norm and rope+kv_store (two styles) have no
+    // product and pass.
+    let (s, lines) = run(&Faulty::new(Fault::RowDependent), TINY, Some(Family::Fused));
+    assert_eq!(count(&lines, "fused", "gate 3", "FAIL"), 3, "{lines:#?}");
+    assert_eq!((s.kernels, s.pass, s.fail, s.missed), (6, 3, 3, 0), "{}", s.line());
+    let (s, lines) = run(&Faulty::new(Fault::OnePercentOff), TINY, Some(Family::Fused));
+    assert_eq!(count(&lines, "fused", "gate 2", "FAIL"), 3, "{lines:#?}");
+    assert_eq!((s.pass, s.fail), (3, 3), "{}", s.line());
 }
 
 #[test]
@@ -289,4 +316,12 @@ fn an_argmax_breaking_ties_the_wrong_way_fails_gate_2() {
     // The plain backend passes the same unit.
     let (ok, _) = run(&CpuBackend::new().expect("cpu backend"), TINY, Some(Family::Sample));
     assert!(ok.ok(), "{}", ok.line());
+}
+
+#[test]
+fn a_sampler_drawing_with_one_minus_u_fails_gate_2() {
+    let (s, lines) = run(&Faulty::new(Fault::SampleMirrored), TINY, Some(Family::Sample));
+    assert_eq!(count(&lines, "sample", "gate 2", "FAIL"), 1, "{lines:#?}");
+    assert_eq!(count(&lines, "sample", "gate 3", "PASS"), 1, "{lines:#?}");
+    assert_eq!((s.kernels, s.pass, s.fail, s.missed), (1, 0, 1, 0), "{}", s.line());
 }

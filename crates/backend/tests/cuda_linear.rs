@@ -117,8 +117,8 @@ fn linear_2048_rows_and_logits() {
     assert_eq!(bits(&lv), bits(&want));
 }
 
-/// The tiled linear kernel.
-const TILED: [&str; 1] = ["linear_bf16_tiled"];
+/// The tiled linear kernels (gemm.cu's `TL_ENTRY`s): each must give `linear_bf16`'s bits.
+const TILED: [&str; 2] = ["linear_bf16_tiled", "linear_bf16_tiled_r"];
 
 /// A bf16 `(n, k)` weight with rows 0..4 made positive (so an input row of -0.0 gives -0.0
 /// partials and the empty-slice combine shows), on the device.
@@ -193,7 +193,10 @@ fn tiled_linear_equals_streaming_linear_bitwise() {
     assert!(failed.is_empty(), "tiled kernel differs:\n{}", failed.join("\n"));
 }
 
-/// TFLOP/s of both linear kernels (forced) on llama3-8b shapes by row count; prints only.
+/// Row counts of `tiled_linear_speed`.
+const ROWS_SPEED: [usize; 6] = [64, 128, 256, 512, 2048, 8192];
+
+/// TFLOP/s of the linear kernels (forced) on llama3-8b shapes by row count; prints only.
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --ignored on the GPU machine"]
 fn tiled_linear_speed() {
@@ -202,31 +205,30 @@ fn tiled_linear_speed() {
     for (n, k) in [(4096, 4096), (6144, 4096), (1024, 4096), (14336, 4096), (4096, 14336)] {
         let w = tiled_case_weight(&g, &mut rng, n, k);
         let (xb, _) = random_bf16(&mut rng, 8192 * k, 1.0);
-        let mut line = format!("{n}x{k}:");
-        for rows in [64usize, 128, 256, 512, 2048, 8192] {
-            let x = up(&g, rows, k, &xb[..rows * k]);
-            let mut out = g.alloc(ActDType::Bf16, rows, n).unwrap();
-            for name in ["linear_bf16"].into_iter().chain(TILED) {
-                if name == "linear_bf16" && rows == 8192 {
+        let xs: Vec<_> = ROWS_SPEED.iter().map(|&r| up(&g, r, k, &xb[..r * k])).collect();
+        for name in ["linear_bf16"].into_iter().chain(TILED) {
+            let mut line = format!("{n}x{k} {name}:");
+            for (&rows, x) in ROWS_SPEED.iter().zip(&xs) {
+                if name == "linear_bf16" && rows > 2048 {
                     continue;
                 }
+                let mut out = g.alloc(ActDType::Bf16, rows, n).unwrap();
                 for _ in 0..2 {
-                    g.linear_with_kernel(name, &x, &w, None, &mut out).unwrap();
+                    g.linear_with_kernel(name, x, &w, None, &mut out).unwrap();
                 }
                 g.synchronize().unwrap();
                 let iters = 10;
                 let t = std::time::Instant::now();
                 for _ in 0..iters {
-                    g.linear_with_kernel(name, &x, &w, None, &mut out).unwrap();
+                    g.linear_with_kernel(name, x, &w, None, &mut out).unwrap();
                 }
                 g.synchronize().unwrap();
                 let dt = t.elapsed().as_secs_f64() / iters as f64;
                 let tf = 2.0 * (n * k * rows) as f64 / dt / 1e12;
-                let short = name.strip_prefix("linear_bf16").unwrap_or(name);
-                line += &format!(" r{rows}{short}:{tf:.0}");
+                line += &format!(" r{rows}:{tf:.0}");
             }
+            println!("linear TFLOP/s {line}");
         }
-        println!("linear TFLOP/s {line}");
     }
 }
 

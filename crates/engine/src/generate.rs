@@ -87,9 +87,10 @@ impl<B: Backend> Generator<B> {
         self.generate_with(req, true, on_token)
     }
 
-    /// As [`Generator::generate`] for a caller that reads no logits: a greedy request
-    /// (temperature 0, no penalties) then takes each token from the device's argmax
-    /// (`CausalLm::forward_greedy`, the same token as the host's) and copies no logits back.
+    /// As [`Generator::generate`] for a caller that reads no logits: a request without
+    /// penalties then takes each token from the device (`CausalLm::forward_greedy` at
+    /// temperature 0, `CausalLm::forward_sample` otherwise: the same token as the host's
+    /// sampler) and copies no logits back.
     pub fn generate_tokens(
         &mut self,
         req: &GenRequest<'_>,
@@ -117,20 +118,32 @@ impl<B: Backend> Generator<B> {
             )));
         }
         let table = self.blocks.alloc(total.div_ceil(BLOCK_SIZE))?;
-        let greedy = !want_logits && device_greedy(&req.sampler);
-        let out = self.run(req, &table, greedy, on_token);
+        let on_device = !want_logits && !req.sampler.uses_penalties();
+        let out = self.run(req, &table, on_device, on_token);
         self.blocks.free(&table)?;
         out
     }
 
-    /// One step of one logits row: the row, or its greedy token from the device.
-    fn next(&mut self, meta: &BatchMeta, greedy: bool) -> Result<Next> {
-        if !greedy {
+    /// One step of one logits row: the row, or (`on_device`) the token the device chose for
+    /// absolute position `next_pos` (greedy, or under the sampler's draw for that position).
+    fn next(
+        &mut self,
+        meta: &BatchMeta,
+        sampler: &Sampler,
+        on_device: bool,
+        next_pos: usize,
+    ) -> Result<Next> {
+        if !on_device {
             return Ok(Next::Logits(self.model.forward(&mut self.kv, meta)?));
         }
-        match self.model.forward_greedy(&mut self.kv, meta)?.first() {
+        let tokens = if device_greedy(sampler) {
+            self.model.forward_greedy(&mut self.kv, meta)?
+        } else {
+            self.model.forward_sample(&mut self.kv, meta, &[sampler.draw(next_pos as u64)])?
+        };
+        match tokens.first() {
             Some(&t) => Ok(Next::Token(t)),
-            None => Err(EngineError::Refused("forward_greedy returned no token".into())),
+            None => Err(EngineError::Refused("the device returned no token".into())),
         }
     }
 
@@ -138,7 +151,7 @@ impl<B: Backend> Generator<B> {
         &mut self,
         req: &GenRequest<'_>,
         table: &[BlockId],
-        greedy: bool,
+        on_device: bool,
         on_token: &mut dyn FnMut(u32, &[f32]) -> bool,
     ) -> Result<(Vec<u32>, GenStats)> {
         let seq = SeqMeta { block_table: table.iter().map(|b| b.0).collect() };
@@ -146,7 +159,8 @@ impl<B: Backend> Generator<B> {
         let chunk = req.chunk.clamp(1, self.model.max_rows());
         let mut next = Next::Logits(Vec::new());
         for (ci, piece) in req.prompt.chunks(chunk).enumerate() {
-            next = self.next(&step_meta(piece, ci * chunk, &seq, true), greedy)?;
+            let meta = step_meta(piece, ci * chunk, &seq, true);
+            next = self.next(&meta, &req.sampler, on_device, ci * chunk + piece.len())?;
         }
         let prefill_time = start.elapsed();
         let mut output: Vec<u32> = Vec::new();
@@ -172,7 +186,8 @@ impl<B: Backend> Generator<B> {
             if output.len() == req.max_tokens {
                 break;
             }
-            next = self.next(&step_meta(&[tok], pos, &seq, true), greedy)?;
+            next =
+                self.next(&step_meta(&[tok], pos, &seq, true), &req.sampler, on_device, pos + 1)?;
         }
         let first_at = first_at.unwrap_or_else(Instant::now);
         let stats = GenStats {

@@ -1,13 +1,23 @@
 //! Choosing the next token from a row of logits.
 //!
 //! Order of transforms (HF `generate`'s): repetition penalty (over prompt and output),
-//! presence/frequency penalties (OpenAI semantics, over output tokens), temperature, top-k,
-//! top-p, min-p, then one draw. Greedy (temperature 0) takes the highest logit, ties to the
-//! lowest token id. A sampled draw is `philox::uniform(seed, position)` walked over the
-//! survivors in (probability desc, id asc) order with f64 sums, so the token is a pure function
-//! of (logits, params, seed, position): the `seeded == seeded` invariant.
+//! presence/frequency penalties (OpenAI semantics, over output tokens), then temperature,
+//! top-k, top-p, min-p and one draw by `tf_backend::sample::sample_row`, the one definition
+//! the GPU's `Backend::sample` also computes (integer weights, exact integer sums: the same
+//! token on either side by construction). Greedy (temperature 0) takes the highest logit,
+//! ties to the lowest token id. The draw's uniform is `philox::uniform(seed, position)`, so
+//! the token is a pure function of (logits, params, seed, position): the `seeded == seeded`
+//! invariant.
+//!
+//! Penalties stay here on the host: a row with penalties reads its logits back, is
+//! penalized, then goes through the same `sample_row`; a row without them may be sampled on
+//! the device ([`Sampler::draw`] + `CausalLm::forward_sample`) with the same result.
+//! Rejected: f64 probabilities summed in sorted order (the sampler before 2026-11-30): no
+//! parallel reduction reproduces them, so a GPU could not give the host's token.
 
 use std::collections::HashMap;
+
+use tf_backend::sample::{sample_row, Draw};
 
 use crate::error::{EngineError, Result};
 use crate::philox;
@@ -102,29 +112,29 @@ impl Sampler {
     /// given the prompt and the tokens generated so far.
     pub fn sample(&self, logits: &[f32], prompt: &[u32], output: &[u32], position: u64) -> u32 {
         let p = &self.params;
-        let penalized;
-        let logits = if p.uses_penalties() {
-            penalized = apply_penalties(logits, p, prompt, output);
-            &penalized[..]
-        } else {
-            logits
-        };
-        if p.temperature == 0.0 {
-            return argmax(logits);
+        if p.uses_penalties() {
+            let penalized = apply_penalties(logits, p, prompt, output);
+            return sample_row(&penalized, &self.draw(position));
         }
-        let survivors = filter(logits, p);
-        let u = philox::uniform(p.seed, position, 0);
-        let total: f64 = survivors.iter().map(|c| c.1).sum();
-        let target = u * total;
-        let mut cum = 0.0;
-        for &(id, w) in &survivors {
-            cum += w;
-            if cum > target {
-                return id;
-            }
+        sample_row(logits, &self.draw(position))
+    }
+
+    /// The draw of the token at `position` (temperature, cuts and the Philox uniform), for
+    /// `Backend::sample`; without penalties `sample` is `sample_row(logits, &draw(position))`.
+    pub fn draw(&self, position: u64) -> Draw {
+        let p = &self.params;
+        Draw {
+            temperature: p.temperature,
+            top_k: u32::try_from(p.top_k).unwrap_or(u32::MAX),
+            top_p: p.top_p,
+            min_p: p.min_p,
+            uniform: if p.temperature > 0.0 { philox::uniform(p.seed, position, 0) } else { 0.0 },
         }
-        // u < 1 so the walk ends inside; the last survivor covers rounding at the top.
-        survivors.last().map_or_else(|| argmax(logits), |c| c.0)
+    }
+
+    /// Whether this sampler changes the logits before drawing (then only the host samples).
+    pub fn uses_penalties(&self) -> bool {
+        self.params.uses_penalties()
     }
 }
 
@@ -158,146 +168,6 @@ fn apply_penalties(logits: &[f32], p: &SamplingParams, prompt: &[u32], output: &
         }
     }
     l
-}
-
-/// Survivors of temperature, top-k, top-p and min-p as (id, unnormalized weight), in
-/// (weight desc, id asc) order.
-fn filter(logits: &[f32], p: &SamplingParams) -> Vec<(u32, f64)> {
-    let max = logits.iter().copied().filter(|v| !v.is_nan()).fold(f32::NEG_INFINITY, f32::max);
-    let t = f64::from(p.temperature);
-    let mut c = candidates(logits, max, t);
-    if p.top_k > 0 && p.top_k < c.len() {
-        c.truncate(p.top_k);
-    }
-    if p.top_p < 1.0 {
-        let total: f64 = c.iter().map(|x| x.1).sum();
-        let mut cum = 0.0;
-        let mut keep = c.len();
-        for (i, x) in c.iter().enumerate() {
-            cum += x.1;
-            if cum >= f64::from(p.top_p) * total {
-                keep = i + 1;
-                break;
-            }
-        }
-        c.truncate(keep);
-    }
-    if p.min_p > 0.0 {
-        if let Some(&(_, top)) = c.first() {
-            let floor = top * f64::from(p.min_p);
-            c.retain(|x| x.1 >= floor);
-        }
-    }
-    c
-}
-
-/// The weight of a logit: `exp((v - max) / t)` in f64.
-#[inline]
-fn weight(v: f32, max: f32, t: f64) -> f64 {
-    ((f64::from(v) - f64::from(max)) / t).exp()
-}
-
-/// Every finite logit with a positive weight as (id, weight), sorted by (weight desc, id asc).
-///
-/// Equal to sorting all candidates by that order (`candidates_by_sort`, kept as the fallback
-/// and the tests' reference), without a comparison sort over the vocabulary (3-4 ms per row
-/// at 49,152 tokens): a stable radix sort by the logit (descending; ids stay ascending within
-/// equal logits), one `exp` per distinct logit, and then a check that the weights never rise
-/// along the order. Distinct logits of equal weight (+0.0 and -0.0, or `exp` rounding two
-/// arguments alike) are re-sorted by id; a rising weight (an `exp` that is not monotone)
-/// falls back to the comparison sort, so the result is that order whatever `exp` does.
-fn candidates(logits: &[f32], max: f32, t: f64) -> Vec<(u32, f64)> {
-    let mut keys: Vec<u64> = logits
-        .iter()
-        .enumerate()
-        .filter(|(_, v)| v.is_finite())
-        .map(|(i, &v)| (u64::from(descending_key(v)) << 32) | i as u64)
-        .collect();
-    radix_sort_high32(&mut keys);
-    let mut c: Vec<(u32, f64)> = Vec::with_capacity(keys.len());
-    let mut last: Option<(u32, f64)> = None; // (logit bits, weight) of the previous key
-    let mut run_start = 0; // first index of the current run of equal weights
-    let mut mixed = false; // whether that run spans several logits
-    for &key in &keys {
-        let id = key as u32;
-        let bits = logits[id as usize].to_bits();
-        let w = match last {
-            Some((b, w)) if b == bits => w,
-            _ => weight(f32::from_bits(bits), max, t),
-        };
-        if w.is_nan() || last.is_some_and(|(_, prev)| w > prev) {
-            return candidates_by_sort(logits, max, t);
-        }
-        if let Some((b, prev)) = last {
-            if w == prev {
-                mixed |= b != bits;
-            } else {
-                if mixed {
-                    c[run_start..].sort_unstable_by_key(|x| x.0);
-                }
-                run_start = c.len();
-                mixed = false;
-            }
-        }
-        last = Some((bits, w));
-        c.push((id, w));
-    }
-    if mixed {
-        c[run_start..].sort_unstable_by_key(|x| x.0);
-    }
-    // Weights never rise along `c`, so the zeros (underflow) are its tail.
-    let keep = c.partition_point(|x| x.1 > 0.0);
-    c.truncate(keep);
-    c
-}
-
-/// The comparison-sort definition of [`candidates`].
-fn candidates_by_sort(logits: &[f32], max: f32, t: f64) -> Vec<(u32, f64)> {
-    let mut c: Vec<(u32, f64)> = logits
-        .iter()
-        .enumerate()
-        .filter(|(_, v)| v.is_finite())
-        .map(|(i, &v)| (i as u32, weight(v, max, t)))
-        .filter(|c| c.1 > 0.0)
-        .collect();
-    c.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    c
-}
-
-/// A u32 whose ascending order is the descending order of the finite f32 `v` (-0.0 after
-/// +0.0; their weights tie, which `candidates` handles).
-#[inline]
-fn descending_key(v: f32) -> u32 {
-    let b = v.to_bits();
-    let ascending = if b >> 31 == 1 { !b } else { b | 0x8000_0000 };
-    !ascending
-}
-
-/// Stable LSD radix sort of `keys` by their high 32 bits, 8 bits per pass (a pass whose
-/// digit is the same for every key is skipped).
-fn radix_sort_high32(keys: &mut Vec<u64>) {
-    let mut tmp = vec![0u64; keys.len()];
-    for shift in [32u32, 40, 48, 56] {
-        let mut count = [0usize; 256];
-        for &k in keys.iter() {
-            count[((k >> shift) & 0xff) as usize] += 1;
-        }
-        if count.contains(&keys.len()) {
-            continue;
-        }
-        let mut at = 0;
-        for n in count.iter_mut() {
-            let here = *n;
-            *n = at;
-            at += here;
-        }
-        for &k in keys.iter() {
-            let d = ((k >> shift) & 0xff) as usize;
-            tmp[count[d]] = k;
-            count[d] += 1;
-        }
-        std::mem::swap(keys, &mut tmp);
-    }
 }
 
 #[cfg(test)]
@@ -361,145 +231,41 @@ mod tests {
         assert_eq!(freq.sample(&logits, &[], &[0, 0], 0), 1);
     }
 
-    /// A small deterministic generator (splitmix64) for the equivalence test.
-    struct Mix(u64);
-    impl Mix {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
+    #[test]
+    fn sample_is_sample_row_of_the_draw_without_penalties() {
+        let logits: Vec<f32> = (0..500).map(|i| ((i * 7919) % 97) as f32 * 0.125 - 3.0).collect();
+        let s = Sampler::new(SamplingParams {
+            temperature: 0.9,
+            top_k: 50,
+            top_p: 0.9,
+            min_p: 0.02,
+            seed: 5,
+            ..Default::default()
+        })
+        .unwrap();
+        for pos in [0u64, 3, 99, 1 << 33] {
+            let d = s.draw(pos);
+            assert_eq!(d.uniform, philox::uniform(5, pos, 0));
+            assert_eq!(s.sample(&logits, &[], &[], pos), sample_row(&logits, &d));
         }
-        fn unit(&mut self) -> f64 {
-            (self.next() >> 11) as f64 / (1u64 << 53) as f64
-        }
-    }
-
-    /// Random logits: bf16-rounded (many ties, like real logits), plain f32, or few distinct
-    /// values; sprinkled with +-0.0, huge values, NaN and +-inf.
-    fn random_logits(g: &mut Mix, n: usize) -> Vec<f32> {
-        let style = g.next() % 4;
-        let scale = [0.5, 4.0, 20.0, 200.0][(g.next() % 4) as usize];
-        (0..n)
-            .map(|_| {
-                let x = ((g.unit() * 2.0 - 1.0) * scale) as f32;
-                let v = match style {
-                    0 => f32::from_bits(x.to_bits() & 0xffff_0000),
-                    1 => x,
-                    2 => (x * 0.25).round(),
-                    _ => f32::from_bits(x.to_bits() & 0xfff0_0000),
-                };
-                match g.next() % 64 {
-                    0 => 0.0,
-                    1 => -0.0,
-                    2 => f32::NAN,
-                    3 if g.next().is_multiple_of(8) => f32::INFINITY,
-                    4 => f32::NEG_INFINITY,
-                    5 => -1.0e30,
-                    _ => v,
-                }
-            })
-            .collect()
-    }
-
-    /// The sampler before the radix sort: every candidate sorted by comparison.
-    fn filter_reference(logits: &[f32], p: &SamplingParams) -> Vec<(u32, f64)> {
-        let max = logits.iter().copied().filter(|v| !v.is_nan()).fold(f32::NEG_INFINITY, f32::max);
-        let t = f64::from(p.temperature);
-        let mut c: Vec<(u32, f64)> = logits
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| v.is_finite())
-            .map(|(i, &v)| (i as u32, ((f64::from(v) - f64::from(max)) / t).exp()))
-            .filter(|c| c.1 > 0.0)
-            .collect();
-        let order = |a: &(u32, f64), b: &(u32, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        if p.top_k > 0 && p.top_k < c.len() {
-            c.select_nth_unstable_by(p.top_k - 1, order);
-            c.truncate(p.top_k);
-        }
-        c.sort_unstable_by(order);
-        if p.top_p < 1.0 {
-            let total: f64 = c.iter().map(|x| x.1).sum();
-            let mut cum = 0.0;
-            let mut keep = c.len();
-            for (i, x) in c.iter().enumerate() {
-                cum += x.1;
-                if cum >= f64::from(p.top_p) * total {
-                    keep = i + 1;
-                    break;
-                }
-            }
-            c.truncate(keep);
-        }
-        if p.min_p > 0.0 {
-            if let Some(&(_, top)) = c.first() {
-                let floor = top * f64::from(p.min_p);
-                c.retain(|x| x.1 >= floor);
-            }
-        }
-        c
-    }
-
-    fn same(a: &[(u32, f64)], b: &[(u32, f64)]) -> bool {
-        a.len() == b.len()
-            && a.iter().zip(b).all(|(x, y)| x.0 == y.0 && x.1.to_bits() == y.1.to_bits())
+        assert!(!s.uses_penalties());
     }
 
     #[test]
-    fn radix_filter_equals_the_comparison_sort() {
-        let mut g = Mix(7);
-        let mut sampled_tokens = std::collections::BTreeSet::new();
-        for case in 0..1500 {
-            let n = [1, 2, 5, 64, 300, 4096, 49_152][(g.next() % 7) as usize];
-            let logits = random_logits(&mut g, n);
-            let p = SamplingParams {
-                temperature: [0.05, 0.3, 0.8, 1.0, 1.7, 100.0][(g.next() % 6) as usize],
-                top_k: [0, 0, 1, 5, 40, 1000][(g.next() % 6) as usize],
-                top_p: [1.0, 1.0, 0.95, 0.5, 0.01][(g.next() % 5) as usize],
-                min_p: [0.0, 0.0, 0.05, 0.5][(g.next() % 4) as usize],
-                seed: g.next(),
-                ..Default::default()
-            };
-            let (got, want) = (filter(&logits, &p), filter_reference(&logits, &p));
-            assert!(same(&got, &want), "case {case}: n {n}, {p:?}");
-            // The drawn token through the whole sampler, at a few positions.
-            let s = Sampler::new(p).unwrap();
-            for pos in [0u64, 1, 17, 1 << 40] {
-                let u = philox::uniform(s.params.seed, pos, 0);
-                let total: f64 = want.iter().map(|c| c.1).sum();
-                let mut cum = 0.0;
-                let expect = want
-                    .iter()
-                    .find(|c| {
-                        cum += c.1;
-                        cum > u * total
-                    })
-                    .or(want.last())
-                    .map_or_else(|| argmax(&logits), |c| c.0);
-                let tok = s.sample(&logits, &[], &[], pos);
-                assert_eq!(tok, expect, "case {case}, position {pos}");
-                sampled_tokens.insert(tok);
-            }
+    fn draws_follow_the_softmax() {
+        // Weights 1 : 1/2 : 1/4 (logits 0, -ln2, -2 ln2 at t = 1): frequencies 4/7, 2/7, 1/7.
+        let l2 = std::f32::consts::LN_2;
+        let logits = [0.0, -l2, -2.0 * l2];
+        let s = Sampler::new(sampled(9)).unwrap();
+        let mut n = [0usize; 3];
+        let draws = 70_000;
+        for pos in 0..draws {
+            n[s.sample(&logits, &[], &[], pos) as usize] += 1;
         }
-        assert!(sampled_tokens.len() > 100, "the cases draw varied tokens");
-    }
-
-    #[test]
-    fn radix_filter_handles_signed_zero_ties_and_fallback() {
-        // +0.0 and -0.0 tie in weight: ids ascending across them, as the comparison sort.
-        let logits = [-0.0, 0.0, 1.0, -0.0, 0.0, f32::NAN, -0.0];
-        let p = SamplingParams { temperature: 1.0, ..Default::default() };
-        assert!(same(&filter(&logits, &p), &filter_reference(&logits, &p)));
-        let ids: Vec<u32> = filter(&logits, &p).iter().map(|c| c.0).collect();
-        assert_eq!(ids, [2, 0, 1, 3, 4, 6]);
-        // Underflowing weights are dropped as before.
-        let logits = [0.0, -1.0e4, 3.0, -1.0e4];
-        assert!(same(&filter(&logits, &p), &filter_reference(&logits, &p)));
-        assert_eq!(filter(&logits, &p).len(), 2);
-        let max = 3.0;
-        assert!(same(&candidates_by_sort(&logits, max, 1.0), &candidates(&logits, max, 1.0)));
+        for (i, want) in [4.0 / 7.0, 2.0 / 7.0, 1.0 / 7.0].iter().enumerate() {
+            let got = n[i] as f64 / draws as f64;
+            assert!((got - want).abs() < 0.006, "token {i}: {got} vs {want}");
+        }
     }
 
     #[test]

@@ -75,10 +75,13 @@ pub enum Family {
     Logits,
     /// Greedy sampling on the device (`Backend::argmax`).
     Sample,
+    /// The fused decode ops: `add_rms_norm`, `linear_group` (q, k, v), `linear_swiglu`,
+    /// `rope_kv_store`.
+    Fused,
 }
 
 impl Family {
-    pub const ALL: [Family; 9] = [
+    pub const ALL: [Family; 10] = [
         Family::Embed,
         Family::RmsNorm,
         Family::Linear,
@@ -88,6 +91,7 @@ impl Family {
         Family::Add,
         Family::Logits,
         Family::Sample,
+        Family::Fused,
     ];
 
     pub fn name(self) -> &'static str {
@@ -101,6 +105,7 @@ impl Family {
             Family::Add => "add",
             Family::Logits => "logits",
             Family::Sample => "sample",
+            Family::Fused => "fused",
         }
     }
 
@@ -122,6 +127,9 @@ impl Family {
             Family::Attention => &["kv", "attention"],
             Family::Swiglu | Family::Add => &["elementwise"],
             Family::Sample => &["sample"],
+            // The fused kernels live beside the ops they fuse; where a call takes the unfused
+            // path (prefill rows), the tiled GEMM and the swiglu kernel serve it.
+            Family::Fused => &["norm", "linear", "gemm", "elementwise", "rope", "kv"],
         }
     }
 }
@@ -155,6 +163,18 @@ pub(crate) enum Unit {
     Logits,
     /// argmax over rows of `vocab` logits.
     Argmax,
+    /// `add_rms_norm` of the hidden state: outputs (acc, normed).
+    AddNorm,
+    /// `linear_group` of q, k, v over the hidden state: outputs (q, k, v).
+    LinearGroup {
+        bias: bool,
+    },
+    /// `linear_swiglu` of gate and up: outputs (gate, up, act).
+    LinearSwiglu,
+    /// `rope_kv_store`: outputs (q, k rotated; k, v read back from the pool).
+    RopeKv {
+        style: RopeStyle,
+    },
 }
 
 impl Unit {
@@ -169,6 +189,9 @@ impl Unit {
             Unit::Add => Family::Add,
             Unit::Logits => Family::Logits,
             Unit::Argmax => Family::Sample,
+            Unit::AddNorm | Unit::LinearGroup { .. } | Unit::LinearSwiglu | Unit::RopeKv { .. } => {
+                Family::Fused
+            }
         }
     }
 }
@@ -193,6 +216,14 @@ pub(crate) fn units(g: &Geometry) -> Vec<Unit> {
         out.push(Unit::Rope { what: "k", heads: g.kv_heads, style });
     }
     out.extend([Unit::Attention, Unit::Swiglu, Unit::Add, Unit::Logits, Unit::Argmax]);
+    out.extend([
+        Unit::AddNorm,
+        Unit::LinearGroup { bias: false },
+        Unit::LinearGroup { bias: true },
+        Unit::LinearSwiglu,
+        Unit::RopeKv { style: RopeStyle::Neox },
+        Unit::RopeKv { style: RopeStyle::Interleaved },
+    ]);
     out
 }
 
@@ -238,8 +269,9 @@ mod tests {
             ]
         );
         // 5 shapes, 4 of them with a bias variant, 3 norms, 4 ropes, embed, attention,
-        // swiglu, add, logits, argmax.
-        assert_eq!(units(&SMOLLM2).len(), 9 + 3 + 4 + 6);
+        // swiglu, add, logits, argmax; the fused add_rms_norm, q/k/v (with and without bias)
+        // gate/up+swiglu and rope+kv_store (both styles).
+        assert_eq!(units(&SMOLLM2).len(), 9 + 3 + 4 + 6 + 6);
         assert_eq!(linear_shapes(&LLAMA3_8B)[0], ("q,o".into(), 4096, 4096));
     }
 

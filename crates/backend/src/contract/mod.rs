@@ -8,7 +8,10 @@
 //! gate/up/down with and without bias; lm_head without, as no family has an lm_head bias);
 //! rope in both [`RopeStyle`](tf_checkpoint::spec::RopeStyle)s at q and k widths; kv_store and
 //! attention (prefill chunks and decode rows of several sequences, GQA); swiglu; add; logits;
-//! argmax (`sample.rs`: greedy sampling on the device, on logits known exactly).
+//! argmax (`sample.rs`: greedy sampling on the device, on logits known exactly); the fused
+//! decode ops (`fused.rs`: add_rms_norm, q/k/v as one `linear_group` with and without bias,
+//! gate/up `linear_swiglu`, `rope_kv_store` in both styles), each judged on every value its
+//! unfused composition writes.
 //! On the CPU the SUMMARY's "kernels" are these units; on CUDA also every
 //! [`Backend::kernels`] entry that no unit claims (a failure: nothing drives it).
 //!
@@ -90,6 +93,7 @@ mod attention;
 mod bound;
 mod compare;
 mod data;
+mod fused;
 mod geometry;
 mod ops;
 pub mod reference;

@@ -26,7 +26,7 @@ use crate::{ActDType, Backend, NormArgs, RopeArgs};
 const MAX_POSITIONS: usize = 8192;
 
 /// The mean offset of odd rows of linear inputs and weights.
-fn offset(i: usize) -> f32 {
+pub(super) fn offset(i: usize) -> f32 {
     if i % 2 == 1 {
         2.0
     } else {
@@ -82,6 +82,9 @@ pub fn build<'b, B: Backend + 'b>(
             Box::new(Elementwise { io, cols: g.hidden, out: None })
         }
         Unit::Argmax => Box::new(super::sample::ArgmaxCase::new(be, g.vocab, s, rng)?),
+        Unit::AddNorm | Unit::LinearGroup { .. } | Unit::LinearSwiglu | Unit::RopeKv { .. } => {
+            return super::fused::build(be, g, unit, s, rng, io)
+        }
         Unit::Attention => {
             return Err(ContractError::Setup("attention is not a row-wise unit".into()))
         }
@@ -89,16 +92,16 @@ pub fn build<'b, B: Backend + 'b>(
 }
 
 /// Input tables, their device buffers and each universe row's position.
-struct Io<B: Backend> {
-    positions: Vec<u32>,
-    tables: Vec<Table<B>>,
-    bufs: Vec<B::Tensor>,
+pub(super) struct Io<B: Backend> {
+    pub(super) positions: Vec<u32>,
+    pub(super) tables: Vec<Table<B>>,
+    pub(super) bufs: Vec<B::Tensor>,
 }
 
 impl<B: Backend> Io<B> {
     /// Adds a `(UNIVERSE, cols)` input table: element (r, c) is `bf16(gen(r, c, z))`, z a
     /// fresh approximately normal draw.
-    fn with(
+    pub(super) fn with(
         mut self,
         be: &B,
         s: &Scratch,
@@ -113,7 +116,7 @@ impl<B: Backend> Io<B> {
     }
 
     /// A batch of rows `ids` with every input table embedded into its buffer.
-    fn place(&mut self, be: &B, ids: &[u32]) -> Result<B::Batch, ContractError> {
+    pub(super) fn place(&mut self, be: &B, ids: &[u32]) -> Result<B::Batch, ContractError> {
         let pos: Vec<u32> = ids.iter().map(|&i| self.positions[i as usize]).collect();
         let batch = be.prepare_batch(&row_batch(ids, &pos))?;
         for (t, buf) in self.tables.iter().zip(self.bufs.iter_mut()) {
@@ -123,7 +126,7 @@ impl<B: Backend> Io<B> {
     }
 
     /// Rows `ids` of input table `t` as f64.
-    fn rows(&self, t: usize, ids: &[u32]) -> Vec<Vec<f64>> {
+    pub(super) fn rows(&self, t: usize, ids: &[u32]) -> Vec<Vec<f64>> {
         let m = self.tables[t].mat();
         ids.iter().map(|&i| m.row(i as usize)).collect()
     }
@@ -264,16 +267,21 @@ impl<B: Backend> RopeCase<B> {
     ) -> Result<Self, ContractError> {
         let hd = g.head_dim;
         let io = io.with(be, s, rng, ("x", heads * hd), |_, _, z| 2.0 * z)?;
-        let half = hd / 2;
-        let table = s.bf16("rope.table", &[MAX_POSITIONS, hd], |i| {
-            let (p, j) = (i / hd, i % hd);
-            let freq = g.rope_theta.powf(-2.0 * (j % half) as f64 / hd as f64);
-            let angle = p as f64 * freq;
-            (if j < half { angle.cos() } else { angle.sin() }) as f32
-        })?;
+        let table = rope_table(g, s)?;
         let td = be.load_weight(&table)?;
         Ok(RopeCase { io, table, td, heads, style })
     }
+}
+
+/// bf16 `(MAX_POSITIONS, head_dim)`: cos of the head_dim/2 frequencies, then their sin.
+pub(super) fn rope_table(g: &Geometry, s: &Scratch) -> Result<TensorView, ContractError> {
+    let (hd, half) = (g.head_dim, g.head_dim / 2);
+    s.bf16("rope.table", &[MAX_POSITIONS, hd], |i| {
+        let (p, j) = (i / hd, i % hd);
+        let freq = g.rope_theta.powf(-2.0 * (j % half) as f64 / hd as f64);
+        let angle = p as f64 * freq;
+        (if j < half { angle.cos() } else { angle.sin() }) as f32
+    })
 }
 
 impl<B: Backend> RowCase<B> for RopeCase<B> {

@@ -90,6 +90,10 @@ fn label(unit: &Unit) -> String {
             format!("{what} [{n} x {k}]{}", if *bias { " +bias" } else { "" })
         }
         Unit::Rope { what, heads, style } => format!("{what} {heads} heads {style:?}"),
+        Unit::AddNorm => "add + rms_norm hidden".into(),
+        Unit::LinearGroup { bias } => format!("q,k,v{}", if *bias { " +bias" } else { "" }),
+        Unit::LinearSwiglu => "gate,up + swiglu".into(),
+        Unit::RopeKv { style } => format!("rope q,k + kv_store {style:?}"),
         _ => String::new(),
     }
 }

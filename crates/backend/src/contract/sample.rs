@@ -1,4 +1,6 @@
-//! The `sample` unit: [`Backend::argmax`] (greedy sampling on the device) as a row-wise case.
+//! The `sample` unit: [`Backend::argmax`] (greedy sampling on the device) and
+//! [`Backend::sample`] (temperature / top-k / top-p / min-p under a per-row draw) as one
+//! row-wise case.
 //!
 //! Inputs: each universe row is a `(rows, vocab)` f32 logits row made on the device by the
 //! `logits` op from a bf16 input row `x` of `WIDTH` values and a weight whose vocabulary
@@ -9,8 +11,10 @@
 //! drawn with few distinct values, so every row has exact ties (many vocabulary rows share
 //! `(c, e)`), which the rule breaks to the lowest id; `x` holds both signs and +-0.
 //!
-//! Output: the token of each row as f32 (ids below 2^24 are exact), reference = the
-//! lowest id of the maximum. Gate 2's bound is 0; the 1%-off control scales the ids (red
+//! Output: the greedy token of each row, then its tokens under `DRAWS` draws made from the
+//! row's id alone (so gate 3 sees the same draws in any batch), as f32 (ids below 2^24 are
+//! exact); reference = the lowest id of the maximum, then `sample::sample_row_sorted` (the
+//! definition as written: sort and walk) on the exact logits. Gate 2's bound is 0; the 1%-off control scales the ids (red
 //! whenever a sampled row's answer is not id 0); gate 3 and the row control are the generic
 //! ones. Rejected: reading the device's own logits back as the reference input (the check
 //! would then share the device's values instead of knowing them).
@@ -19,7 +23,24 @@ use super::data::{read, row_batch, Bf16Mat, Rng, Scratch, Table};
 use super::reference::Expect;
 use super::rows::{RowCase, UNIVERSE};
 use super::ContractError;
+use crate::sample::{sample_row_sorted, Draw};
 use crate::{ActDType, Backend};
+
+/// Sampled tokens per row after the greedy one.
+const DRAWS: usize = 3;
+
+/// The `j`-th draw of universe row `id`: mixed parameters, the uniform hashed from both.
+fn draw_of(id: u32, j: usize) -> Draw {
+    let h = (u64::from(id) << 8 | j as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let pick = |n: u64, k: u32| ((h >> (8 * k)) % n) as usize;
+    Draw {
+        temperature: [0.5, 1.0, 2.0, 7.0][pick(4, 1)],
+        top_k: [0, 0, 3, 40][pick(4, 2)],
+        top_p: [1.0, 0.9, 0.5][pick(3, 3)],
+        min_p: [0.0, 0.0, 0.1][pick(3, 4)],
+        uniform: (h >> 11) as f64 / (1u64 << 53) as f64,
+    }
+}
 
 /// Columns of the input rows (the logits op's K).
 const WIDTH: usize = 64;
@@ -63,7 +84,7 @@ impl<B: Backend> ArgmaxCase<B> {
 
 impl<B: Backend> RowCase<B> for ArgmaxCase<B> {
     fn cols(&self) -> usize {
-        1
+        1 + DRAWS
     }
 
     fn run(&mut self, be: &B, ids: &[u32]) -> Result<Vec<f32>, ContractError> {
@@ -91,22 +112,43 @@ impl<B: Backend> RowCase<B> for ArgmaxCase<B> {
                 want[i]
             )));
         }
-        Ok(tokens.into_iter().map(|t| t as f32).collect())
+        let draws: Vec<Draw> =
+            ids.iter().flat_map(|&id| (0..DRAWS).map(move |j| draw_of(id, j))).collect();
+        // Each draw of a row reads the same logits row: sample DRAWS rounds over the rows.
+        let mut sampled = vec![0u32; ids.len() * DRAWS];
+        for j in 0..DRAWS {
+            let round: Vec<Draw> = draws.iter().skip(j).step_by(DRAWS).copied().collect();
+            let toks = be.sample(&self.logits, ids.len(), &round)?;
+            if toks.len() != ids.len() {
+                return Err(ContractError::Setup(format!("sample returned {} tokens", toks.len())));
+            }
+            for (r, t) in toks.into_iter().enumerate() {
+                sampled[r * DRAWS + j] = t;
+            }
+        }
+        let mut out = Vec::with_capacity(ids.len() * (1 + DRAWS));
+        for (r, &t) in tokens.iter().enumerate() {
+            out.push(t as f32);
+            out.extend(sampled[r * DRAWS..(r + 1) * DRAWS].iter().map(|&s| s as f32));
+        }
+        Ok(out)
     }
 
     fn reference(&self, ids: &[u32]) -> Expect {
         let (vocab, _) = self.w.rows_cols();
         let logits = self.exact_logits(ids);
-        let winners = logits.chunks_exact(vocab).map(|row| {
+        let mut want = Vec::with_capacity(ids.len() * (1 + DRAWS));
+        for (row, &id) in logits.chunks_exact(vocab).zip(ids) {
             let mut best = 0;
             for (i, &v) in row.iter().enumerate() {
                 if v > row[best] {
                     best = i;
                 }
             }
-            best as f64
-        });
-        Expect::exact(winners.collect())
+            want.push(best as f64);
+            want.extend((0..DRAWS).map(|j| f64::from(sample_row_sorted(row, &draw_of(id, j)))));
+        }
+        Expect::exact(want)
     }
 }
 

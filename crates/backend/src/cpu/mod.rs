@@ -24,7 +24,7 @@ mod tensor;
 mod weight;
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 pub use kv::CpuKv;
@@ -34,7 +34,7 @@ pub use weight::{CpuWeight, WeightFormat};
 
 use crate::batch::{BatchMeta, KvGeometry};
 use crate::error::{BackendError, Result};
-use crate::{ActDType, AttnArgs, Backend, NormArgs, RopeArgs};
+use crate::{sample, ActDType, AttnArgs, Backend, NormArgs, RopeArgs};
 use act::{Dst, Src};
 // The `linear` op's driver, chosen at this module boundary: the real one, or in the
 // `fault-row-dependent` build (never a default) a split-K one whose schedule depends on the
@@ -252,6 +252,31 @@ impl Backend for CpuBackend {
             ));
         }
         Ok(t.to_f32(rows))
+    }
+
+    /// The host definition (`sample::sample_row`), rows shared among the pool's threads: each
+    /// token is a pure function of its own row and draw, so no thread count changes one.
+    fn sample(&self, t: &CpuTensor, rows: usize, draws: &[sample::Draw]) -> Result<Vec<u32>> {
+        if draws.len() != rows {
+            return Err(BackendError::shape(
+                "sample",
+                format!("{} draws for {rows} rows", draws.len()),
+            ));
+        }
+        let v = self.read_f32(t, rows)?;
+        let cols = v.len().checked_div(rows).unwrap_or(0);
+        if cols == 0 {
+            return Ok(vec![0; rows]);
+        }
+        let tokens: Vec<AtomicU32> = (0..rows).map(|_| AtomicU32::new(0)).collect();
+        let sampled = draws.iter().filter(|d| !d.quantize().greedy).count();
+        self.for_ranges(rows, 1, sampled >= 2, &|r| {
+            for i in r {
+                let tok = sample::sample_row(&v[i * cols..(i + 1) * cols], &draws[i]);
+                tokens[i].store(tok, Ordering::Relaxed);
+            }
+        });
+        Ok(tokens.into_iter().map(AtomicU32::into_inner).collect())
     }
 
     fn read_kv(

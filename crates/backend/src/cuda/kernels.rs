@@ -36,8 +36,16 @@ const fn e(name: &'static str, family: &'static str, threads: u32) -> Entry {
 pub(crate) const LINEAR_MAX_SLICES: u32 = 16;
 /// Token tiles (of 8) per block of `linear_bf16`.
 pub(crate) const LINEAR_NT: u32 = 4;
+/// Calls of at most this many rows (one token tile) take the `_d8` decode variants
+/// (`linear_bf16_d8`, `..._swiglu_d8`: one token tile per CTA, 8 super-steps
+/// of loads in flight); the same bits as the general entries.
+pub(crate) const LINEAR_DECODE_ROWS: usize = 8;
+/// Most warps per block of the grouped decode products (`linear_bf16_group`,
+/// `linear_bf16_swiglu`, the `__launch_bounds__(256)` of linear.cu); their slice jobs (at most
+/// `LINEAR_MAX_SLICES`, so the same shared memory as `linear_bf16`) loop over the warps.
+pub(crate) const LINEAR_GROUP_WARPS: u32 = 8;
 
-/// Launch shape of `linear_bf16_tiled` (the TL_* constants in gemm.cu).
+/// Launch shape of one `linear_bf16_tiled*` configuration (a `TL_ENTRY` in gemm.cu).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TiledShape {
     pub name: &'static str,
@@ -46,23 +54,52 @@ pub(crate) struct TiledShape {
     /// Tokens per CTA.
     pub tokens: usize,
     pub threads: u32,
-    /// Dynamic shared memory: 3 stages of (128 + 128 rows) x 64 bf16.
+    /// Dynamic shared memory: the stages of (features + tokens) rows x TK bf16, plus the
+    /// running totals (one f32 per accumulator of each thread) when they live there.
     pub smem: u32,
 }
-pub(crate) const LINEAR_TILED: TiledShape = TiledShape {
-    name: "linear_bf16_tiled",
-    features: 128,
-    tokens: 128,
-    threads: 256,
-    smem: 3 * 256 * 64 * 2,
-};
+
+/// The shape of `TL_ENTRY(name, mt, nt, wm, wn, tk, stages, tot_smem, _)` (gemm.cu's `TlCfg`).
+#[allow(clippy::too_many_arguments)]
+const fn tiled_shape(
+    name: &'static str,
+    mt: u32,
+    nt: u32,
+    wm: u32,
+    wn: u32,
+    tk: u32,
+    stages: u32,
+    tot_smem: bool,
+) -> TiledShape {
+    let (tm, tn, threads) = (wm * mt * 16, wn * nt * 8, 32 * wm * wn);
+    let tot = if tot_smem { mt * nt * 4 * threads * 4 } else { 0 };
+    TiledShape {
+        name,
+        features: tm as usize,
+        tokens: tn as usize,
+        threads,
+        smem: stages * (tm + tn) * tk * 2 + tot,
+    }
+}
+
+/// The prefill kernel: 128 x 128 CTAs of 4 warps, two CTAs an SM.
+pub(crate) const LINEAR_TILED: TiledShape =
+    tiled_shape("linear_bf16_tiled", 4, 8, 2, 2, 32, 2, true);
+/// The same arithmetic in 128 x 128 CTAs of 8 warps, one CTA an SM: for small grids.
+pub(crate) const LINEAR_TILED_R: TiledShape =
+    tiled_shape("linear_bf16_tiled_r", 4, 4, 2, 4, 64, 3, false);
+const fn tiled_entry(t: TiledShape) -> Entry {
+    Entry { name: t.name, family: "gemm", threads: t.threads, dyn_smem: t.smem }
+}
 /// Shared memory the CUDA runtime grants without an opt-in.
 const DEFAULT_SMEM: u32 = 48 * 1024;
 
 pub(crate) const ENTRIES: &[Entry] = &[
     e("embed", "embed", 256),
     e("rms_norm", "norm", 1024),
+    e("add_rms_norm", "norm", 1024),
     e("rope", "rope", 256),
+    e("rope_kv_store", "rope", 256),
     e("swiglu", "elementwise", 256),
     e("add", "elementwise", 256),
     e("kv_store", "kv", 256),
@@ -92,6 +129,7 @@ pub(crate) const ENTRIES: &[Entry] = &[
     },
     e("attention_combine", "attention", 128),
     e("argmax_f32", "sample", 1024),
+    e("sample_rows", "sample", 1024),
     Entry {
         name: "linear_bf16",
         family: "linear",
@@ -99,11 +137,31 @@ pub(crate) const ENTRIES: &[Entry] = &[
         dyn_smem: LINEAR_MAX_SLICES * LINEAR_NT * 32 * 4 * 4,
     },
     Entry {
-        name: LINEAR_TILED.name,
-        family: "gemm",
-        threads: LINEAR_TILED.threads,
-        dyn_smem: LINEAR_TILED.smem,
+        name: "linear_bf16_d8",
+        family: "linear",
+        threads: 32 * LINEAR_MAX_SLICES,
+        dyn_smem: LINEAR_MAX_SLICES * 32 * 4 * 4,
     },
+    Entry {
+        name: "linear_bf16_group",
+        family: "linear",
+        threads: 32 * LINEAR_GROUP_WARPS,
+        dyn_smem: LINEAR_MAX_SLICES * LINEAR_NT * 32 * 4 * 4,
+    },
+    Entry {
+        name: "linear_bf16_swiglu",
+        family: "linear",
+        threads: 32 * LINEAR_GROUP_WARPS,
+        dyn_smem: LINEAR_MAX_SLICES * LINEAR_NT * 32 * 4 * 4,
+    },
+    Entry {
+        name: "linear_bf16_swiglu_d8",
+        family: "linear",
+        threads: 32 * LINEAR_GROUP_WARPS,
+        dyn_smem: LINEAR_MAX_SLICES * 32 * 4 * 4,
+    },
+    tiled_entry(LINEAR_TILED),
+    tiled_entry(LINEAR_TILED_R),
 ];
 
 /// Compiled modules of one device, loaded on first use.

@@ -15,7 +15,8 @@
 
 use cudarc::driver::LaunchConfig;
 
-use super::kernels::{LINEAR_MAX_SLICES, LINEAR_NT, LINEAR_TILED};
+use super::gemm::{tiled_config, tiled_for, tiled_launch, tiled_shape};
+use super::kernels::{TiledShape, LINEAR_DECODE_ROWS, LINEAR_MAX_SLICES, LINEAR_NT};
 use super::tensor::{dptr, CudaBatch, CudaTensor, CudaWeight};
 use super::{CudaBackend, KArg};
 use crate::error::{BackendError, Result};
@@ -26,25 +27,6 @@ use crate::ActDType;
 const TARGET_WARPS: usize = 2048;
 /// Shortest K slice worth a warp (8 super-steps of 32).
 const MIN_SLICE: usize = 256;
-/// Calls of fewer rows never take `linear_bf16_tiled`: a 128-token tile would be mostly
-/// padding, while `linear_bf16` streams the weights at full bandwidth.
-pub const TILED_MIN_ROWS: usize = 128;
-/// From `TILED_MIN_ROWS` rows the tiled kernel is taken when its grid has at least this many
-/// CTAs (H200, 2026-11-30: at 32 CTAs `linear_bf16` was faster, from 48 the tiled kernel)...
-const TILED_MIN_CTAS: usize = 48;
-/// ...or the call has at least this many rows (a prefill chunk, whatever the weight).
-/// Both limits lie inside the contract's row counts (1 .. 2,048), so its row gate compares
-/// the two kernels on every shape.
-const TILED_ALWAYS_ROWS: usize = 1024;
-
-/// Whether a product of `rows` rows of an `n`-feature weight takes the tiled kernel. Only
-/// speed depends on it: both kernels give the same bits.
-fn tiled_for(rows: usize, n: usize) -> bool {
-    let t = LINEAR_TILED;
-    let ctas = n.div_ceil(t.features) * rows.div_ceil(t.tokens);
-    rows >= TILED_MIN_ROWS && (ctas >= TILED_MIN_CTAS || rows >= TILED_ALWAYS_ROWS)
-}
-
 /// The K split of a weight `(n, k)`: `(slices, slice_len)`. Slices are a power of two, at
 /// most 16, enough that `ceil(n/16) * slices` warps fill the GPU, but none shorter than
 /// `MIN_SLICE`; `slice_len` is a multiple of 32. Keyed by the shape only, never the rows.
@@ -123,8 +105,8 @@ pub(crate) fn logits(
 enum Kernel {
     /// `linear_bf16`.
     Streaming,
-    /// `linear_bf16_tiled`.
-    Tiled,
+    /// `linear_bf16_tiled` (or a candidate configuration of it).
+    Tiled(TiledShape),
 }
 
 impl CudaBackend {
@@ -142,8 +124,10 @@ impl CudaBackend {
     ) -> Result<()> {
         let kernel = match name {
             "linear_bf16" => Kernel::Streaming,
-            n if n == LINEAR_TILED.name => Kernel::Tiled,
-            _ => return Err(BackendError::Device(format!("no linear kernel `{name}`"))),
+            n => match tiled_shape(n) {
+                Some(t) => Kernel::Tiled(t),
+                None => return Err(BackendError::Device(format!("no linear kernel `{name}`"))),
+            },
         };
         let mode = match out.dtype {
             ActDType::Bf16 => OutMode::Bf16,
@@ -193,7 +177,11 @@ fn run_with(
         b.check_vector(op, n)?;
     }
     if p.rows > 0 {
-        let default = if tiled_for(p.rows, n) { Kernel::Tiled } else { Kernel::Streaming };
+        let default = if tiled_for(p.rows, n) {
+            Kernel::Tiled(tiled_config(p.rows, n))
+        } else {
+            Kernel::Streaming
+        };
         launch(be, &p, out, force.unwrap_or(default))?;
     }
     out.rows = p.rows;
@@ -204,9 +192,15 @@ fn run_with(
 fn launch(be: &CudaBackend, p: &Product<'_>, out: &CudaTensor, kernel: Kernel) -> Result<()> {
     let (n, k) = (p.w.n, p.w.k);
     let (slices, slice_len) = k_split(n, k);
+    let mut extra = Vec::new();
     let (entry, cfg) = match kernel {
         Kernel::Streaming => {
-            let grid_y = p.rows.div_ceil(8 * LINEAR_NT as usize);
+            // Decode rows take the one-token-tile variant (same bits, fewer registers).
+            let (name, nt) = match p.rows <= LINEAR_DECODE_ROWS {
+                true => ("linear_bf16_d8", 1),
+                false => ("linear_bf16", LINEAR_NT),
+            };
+            let grid_y = p.rows.div_ceil(8 * nt as usize);
             if grid_y > 65535 {
                 return Err(BackendError::shape(
                     p.op,
@@ -216,25 +210,14 @@ fn launch(be: &CudaBackend, p: &Product<'_>, out: &CudaTensor, kernel: Kernel) -
             let cfg = LaunchConfig {
                 grid_dim: (n.div_ceil(16) as u32, grid_y as u32, 1),
                 block_dim: (32 * slices, 1, 1),
-                shared_mem_bytes: slices * LINEAR_NT * 32 * 4 * 4,
+                shared_mem_bytes: slices * nt * 32 * 4 * 4,
             };
-            ("linear_bf16", cfg)
+            (name, cfg)
         }
-        Kernel::Tiled => {
-            let t = LINEAR_TILED;
-            let ctas = n.div_ceil(t.features) * p.rows.div_ceil(t.tokens);
-            if ctas > i32::MAX as usize {
-                return Err(BackendError::shape(
-                    p.op,
-                    format!("{} rows exceed the kernel's grid", p.rows),
-                ));
-            }
-            let cfg = LaunchConfig {
-                grid_dim: (ctas as u32, 1, 1),
-                block_dim: (t.threads, 1, 1),
-                shared_mem_bytes: t.smem,
-            };
-            (t.name, cfg)
+        Kernel::Tiled(shape) => {
+            let t = tiled_launch(shape, p.op, p.rows, n, slices)?;
+            extra = t.extra;
+            (t.name, t.cfg)
         }
     };
     let s = &be.stream;
@@ -253,9 +236,7 @@ fn launch(be: &CudaBackend, p: &Product<'_>, out: &CudaTensor, kernel: Kernel) -
         r32.into(),
         slice_len.into(),
     ];
-    if matches!(kernel, Kernel::Tiled) {
-        args.push(slices.into());
-    }
+    args.extend(extra);
     be.launch(entry, cfg, &args)
 }
 
@@ -284,17 +265,5 @@ mod tests {
         assert_eq!(k_split(4096, 4096), (8, 512));
         assert_eq!(k_split(1024, 4096), (16, 256));
         assert_eq!(k_split(576, 576), (2, 288));
-    }
-
-    #[test]
-    fn decode_rows_stream_and_prefill_chunks_tile_on_every_model_shape() {
-        // The contract's row gate compares calls of 1 .. 128 rows with a 2,048-row call: both
-        // kernels must be inside that range for each llama3-8b and SmolLM2 shape.
-        let shapes = [4096, 1024, 6144, 14336, 128256, 576, 192, 1536, 49152];
-        for n in shapes {
-            assert!(!tiled_for(17, n) && !tiled_for(TILED_MIN_ROWS - 1, n), "{n}");
-            assert!(tiled_for(2048, n) && tiled_for(1024, n), "{n}");
-        }
-        assert!(tiled_for(128, 14336) && !tiled_for(128, 4096) && tiled_for(256, 4096));
     }
 }

@@ -6,7 +6,7 @@
 //!   compiled by NVRTC for the device's architecture and cached on disk;
 //! - `kernels`: the registry of entry points and their resource use (the kernel contract);
 //! - `tensor`: device buffers; `ops` (row-local ops), `linear` (tensor-core products),
-//!   `attention` (paged KV store and attention).
+//!   `attention` (paged KV store and attention), `fused` (add+norm, grouped decode products).
 //!
 //! Exactness: every kernel's arithmetic for a row depends only on that row's inputs and the
 //! weight shape (or the row's absolute position), never on the row count. Ops are enqueued in
@@ -15,6 +15,8 @@
 
 mod attention;
 pub mod compile;
+mod fused;
+mod gemm;
 mod graph;
 mod kernels;
 mod linear;
@@ -34,7 +36,10 @@ pub use tensor::{CudaBatch, CudaKv, CudaTensor, CudaWeight, WeightKind};
 
 use crate::batch::{BatchMeta, KvGeometry};
 use crate::error::{BackendError, Result};
-use crate::{ActDType, AttnArgs, Backend, KernelInfo, NormArgs, RopeArgs};
+use crate::{
+    ActDType, AddNormArgs, AttnArgs, Backend, KernelInfo, LinearPart, NormArgs, RopeArgs,
+    RopeKvArgs, SwigluArgs,
+};
 
 /// Construction options.
 #[derive(Clone, Debug, Default)]
@@ -73,6 +78,8 @@ pub struct CudaBackend {
     pub(crate) meta: Mutex<Option<Arc<CudaSlice<u32>>>>,
     /// Greedy tokens of `argmax`, grown on demand.
     pub(crate) tokens: Mutex<Option<CudaSlice<u32>>>,
+    /// `sample`'s per-row parameters and weights (`sample.rs`), grown on demand.
+    pub(crate) sample_buf: Mutex<Option<CudaSlice<u64>>>,
     /// Step recording and the graphs of recorded steps (`graph.rs`).
     pub(crate) graphs: Mutex<graph::Graphs>,
 }
@@ -127,6 +134,7 @@ impl CudaBackend {
             scratch: Mutex::new(None),
             meta: Mutex::new(None),
             tokens: Mutex::new(None),
+            sample_buf: Mutex::new(None),
             // `TENSORFOLD_CUDA_GRAPHS=0` runs every step direct (A/B timing, debugging).
             graphs: Mutex::new(graph::Graphs::new(
                 std::env::var("TENSORFOLD_CUDA_GRAPHS").is_ok_and(|v| v == "0"),
@@ -337,6 +345,15 @@ impl Backend for CudaBackend {
         sample::argmax(self, t, rows)
     }
 
+    fn sample(
+        &self,
+        t: &CudaTensor,
+        rows: usize,
+        draws: &[crate::sample::Draw],
+    ) -> Result<Vec<u32>> {
+        sample::sample(self, t, rows, draws)
+    }
+
     fn embed(&self, table: &CudaWeight, batch: &CudaBatch, out: &mut CudaTensor) -> Result<()> {
         ops::embed(self, table, batch, out)
     }
@@ -380,6 +397,22 @@ impl Backend for CudaBackend {
 
     fn add(&self, acc: &mut CudaTensor, x: &CudaTensor) -> Result<()> {
         ops::add(self, acc, x)
+    }
+
+    fn add_rms_norm(&self, a: AddNormArgs<'_, Self>) -> Result<()> {
+        fused::add_rms_norm(self, a)
+    }
+
+    fn linear_group(&self, x: &CudaTensor, parts: &mut [LinearPart<'_, Self>]) -> Result<()> {
+        fused::linear_group(self, x, parts)
+    }
+
+    fn linear_swiglu(&self, a: SwigluArgs<'_, Self>) -> Result<()> {
+        fused::linear_swiglu(self, a)
+    }
+
+    fn rope_kv_store(&self, a: RopeKvArgs<'_, Self>) -> Result<()> {
+        fused::rope_kv_store(self, a)
     }
 
     fn logits(

@@ -15,11 +15,11 @@ use super::{drv, CudaBackend};
 use crate::error::{BackendError, Result};
 use crate::{ActDType, NormArgs, RopeArgs};
 
-fn cfg(grid: (u32, u32, u32), threads: u32) -> LaunchConfig {
+pub(crate) fn cfg(grid: (u32, u32, u32), threads: u32) -> LaunchConfig {
     LaunchConfig { grid_dim: grid, block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
 }
 
-fn to_u32(op: &'static str, what: &str, v: usize) -> Result<u32> {
+pub(crate) fn to_u32(op: &'static str, what: &str, v: usize) -> Result<u32> {
     u32::try_from(v).map_err(|_| BackendError::shape(op, format!("{what} {v} exceeds u32")))
 }
 
@@ -115,7 +115,9 @@ pub(crate) fn rms_norm(be: &CudaBackend, a: NormArgs<'_, CudaBackend>) -> Result
     Ok(())
 }
 
-pub(crate) fn rope(be: &CudaBackend, a: RopeArgs<'_, CudaBackend>) -> Result<()> {
+/// Checks a rope call's shapes: `x` is `(batch rows, heads * hd)`, the table bf16
+/// `[positions, hd]` and covers every row's position.
+pub(crate) fn check_rope(a: &RopeArgs<'_, CudaBackend>) -> Result<()> {
     let (rows, cols, hd) = (a.x.rows, a.x.cols, a.head_dim);
     if rows != a.batch.rows() {
         return Err(BackendError::shape(
@@ -141,6 +143,12 @@ pub(crate) fn rope(be: &CudaBackend, a: RopeArgs<'_, CudaBackend>) -> Result<()>
             format!("position {p} beyond the table's {}", a.table.n),
         ));
     }
+    Ok(())
+}
+
+pub(crate) fn rope(be: &CudaBackend, a: RopeArgs<'_, CudaBackend>) -> Result<()> {
+    check_rope(&a)?;
+    let (rows, hd) = (a.x.rows, a.head_dim);
     if rows == 0 {
         return Ok(());
     }
@@ -165,7 +173,7 @@ fn flat_grid(n: usize) -> (u32, u32, u32) {
     (n.div_ceil(256).clamp(1, 1 << 16) as u32, 1, 1)
 }
 
-fn check_same(op: &'static str, a: &CudaTensor, b: &CudaTensor) -> Result<()> {
+pub(crate) fn check_same(op: &'static str, a: &CudaTensor, b: &CudaTensor) -> Result<()> {
     if a.rows != b.rows || a.cols != b.cols {
         return Err(BackendError::shape(
             op,

@@ -10,7 +10,10 @@
 //! The backend guarantees each row's arithmetic is independent of the batch, so this file
 //! never needs to know how rows were grouped.
 
-use tf_backend::{ActDType, AttnArgs, Backend, BatchMeta, KvGeometry, NormArgs, RopeArgs};
+use tf_backend::{
+    ActDType, AddNormArgs, AttnArgs, Backend, BatchMeta, KvGeometry, LinearPart, NormArgs,
+    RopeKvArgs, SwigluArgs,
+};
 use tf_checkpoint::{Checkpoint, DType, ModelSpec, TensorFormat, TensorView};
 
 use super::{CausalLm, LoadOptions};
@@ -165,22 +168,40 @@ impl<B: Backend> Scratch<B> {
 }
 
 impl<B: Backend> Llama<B> {
-    /// `hidden += o_proj(attention(rope(q), rope(k), v))` for one layer.
+    /// `normed = weight(hidden)` after `hidden += proj` when `pending` (the previous block's
+    /// output, added here so the backend can fuse the add with the norm: same bits).
+    fn residual_norm(&mut self, weight: Which, pending: bool) -> Result<()> {
+        let (be, s, sc) = (&self.backend, &self.spec, &mut self.scratch);
+        let weight = match weight {
+            Which::Input(li) => &self.layers[li].input_layernorm,
+            Which::PostAttention(li) => &self.layers[li].post_attention_layernorm,
+            Which::Final => &self.norm,
+        };
+        let (eps, group) = (s.rms_norm_eps as f32, s.hidden_size);
+        if pending {
+            let (acc, x, out) = (&mut sc.hidden, &sc.proj, &mut sc.normed);
+            be.add_rms_norm(AddNormArgs { acc, x, weight, eps, group, out })?;
+        } else {
+            be.rms_norm(NormArgs { x: &sc.hidden, weight, eps, group, out: &mut sc.normed })?;
+        }
+        Ok(())
+    }
+
+    /// `proj = o_proj(attention(rope(q), rope(k), v))` of `normed` for one layer (the caller
+    /// adds `proj` to `hidden`).
     fn attention_block(&mut self, li: usize, kv: &mut B::Kv, batch: &B::Batch) -> Result<()> {
         let (be, s, sc) = (&self.backend, &self.spec, &mut self.scratch);
         let layer = &self.layers[li];
         let at = &layer.self_attn;
         let eps = s.rms_norm_eps as f32;
-        be.rms_norm(NormArgs {
-            x: &sc.hidden,
-            weight: &layer.input_layernorm,
-            eps,
-            group: s.hidden_size,
-            out: &mut sc.normed,
-        })?;
-        be.linear(&sc.normed, &at.q_proj, at.q_bias.as_ref(), &mut sc.q)?;
-        be.linear(&sc.normed, &at.k_proj, at.k_bias.as_ref(), &mut sc.k)?;
-        be.linear(&sc.normed, &at.v_proj, at.v_bias.as_ref(), &mut sc.v)?;
+        be.linear_group(
+            &sc.normed,
+            &mut [
+                LinearPart { w: &at.q_proj, bias: at.q_bias.as_ref(), out: &mut sc.q },
+                LinearPart { w: &at.k_proj, bias: at.k_bias.as_ref(), out: &mut sc.k },
+                LinearPart { w: &at.v_proj, bias: at.v_bias.as_ref(), out: &mut sc.v },
+            ],
+        )?;
         let (q, k) = match (&at.q_norm, &at.k_norm) {
             (Some(qn), Some(kn)) => {
                 let g = s.head_dim;
@@ -203,11 +224,20 @@ impl<B: Backend> Llama<B> {
             _ => (&mut sc.q, &mut sc.k),
         };
         let (hd, style, table) = (s.head_dim, s.rope.style, &self.rope_table);
-        let heads = s.num_attention_heads;
-        be.rope(RopeArgs { x: q, heads, head_dim: hd, style, table, batch })?;
-        let kv_heads = s.num_key_value_heads;
-        be.rope(RopeArgs { x: k, heads: kv_heads, head_dim: hd, style, table, batch })?;
-        be.kv_store(kv, li, k, &sc.v, batch)?;
+        let (heads, kv_heads) = (s.num_attention_heads, s.num_key_value_heads);
+        be.rope_kv_store(RopeKvArgs {
+            q: &mut *q,
+            k,
+            v: &sc.v,
+            kv: &mut *kv,
+            layer: li,
+            heads,
+            kv_heads,
+            head_dim: hd,
+            style,
+            table,
+            batch,
+        })?;
         be.attention(AttnArgs {
             q,
             kv,
@@ -220,28 +250,33 @@ impl<B: Backend> Llama<B> {
             out: &mut sc.attn,
         })?;
         be.linear(&sc.attn, &at.o_proj, at.o_bias.as_ref(), &mut sc.proj)?;
-        be.add(&mut sc.hidden, &sc.proj)?;
         Ok(())
     }
 
-    /// `hidden += down(bf16(silu(gate(x))) * up(x))` with `x = post_attention_layernorm(hidden)`.
+    /// `proj = down(bf16(silu(gate(x))) * up(x))` with `x = normed` (the caller adds `proj`
+    /// to `hidden`).
     fn mlp_block(&mut self, li: usize) -> Result<()> {
-        let (be, s, sc) = (&self.backend, &self.spec, &mut self.scratch);
-        let layer = &self.layers[li];
-        be.rms_norm(NormArgs {
-            x: &sc.hidden,
-            weight: &layer.post_attention_layernorm,
-            eps: s.rms_norm_eps as f32,
-            group: s.hidden_size,
-            out: &mut sc.normed,
+        let (be, sc) = (&self.backend, &mut self.scratch);
+        let mlp = &self.layers[li].mlp;
+        be.linear_swiglu(SwigluArgs {
+            x: &sc.normed,
+            gate_w: &mlp.gate_proj,
+            up_w: &mlp.up_proj,
+            gate: &mut sc.gate,
+            up: &mut sc.up,
+            out: &mut sc.act,
         })?;
-        be.linear(&sc.normed, &layer.mlp.gate_proj, None, &mut sc.gate)?;
-        be.linear(&sc.normed, &layer.mlp.up_proj, None, &mut sc.up)?;
-        be.swiglu(&sc.gate, &sc.up, &mut sc.act)?;
-        be.linear(&sc.act, &layer.mlp.down_proj, None, &mut sc.proj)?;
-        be.add(&mut sc.hidden, &sc.proj)?;
+        be.linear(&sc.act, &mlp.down_proj, None, &mut sc.proj)?;
         Ok(())
     }
+}
+
+/// Which RMSNorm weight `residual_norm` applies.
+#[derive(Clone, Copy)]
+enum Which {
+    Input(usize),
+    PostAttention(usize),
+    Final,
 }
 
 impl<B: Backend> CausalLm<B> for Llama<B> {
@@ -280,6 +315,16 @@ impl<B: Backend> CausalLm<B> for Llama<B> {
         let n = self.step(kv, meta)?;
         Ok(self.backend.argmax(&self.scratch.logits, n)?)
     }
+
+    fn forward_sample(
+        &mut self,
+        kv: &mut B::Kv,
+        meta: &BatchMeta,
+        draws: &[tf_backend::sample::Draw],
+    ) -> Result<Vec<u32>> {
+        let n = self.step(kv, meta)?;
+        Ok(self.backend.sample(&self.scratch.logits, n, draws)?)
+    }
 }
 
 impl<B: Backend> Llama<B> {
@@ -312,19 +357,17 @@ impl<B: Backend> Llama<B> {
 
     /// Every op of one step: embed, the layers, the final norm, the logits.
     fn issue(&mut self, kv: &mut B::Kv, batch: &B::Batch) -> Result<()> {
+        // Each block leaves its output in `proj`; the next norm adds it to `hidden` first
+        // (`hidden = bf16(hidden + proj)`, HF's residual rounding), fused where the backend can.
         self.backend.embed(&self.embed_tokens, batch, &mut self.scratch.hidden)?;
         for li in 0..self.layers.len() {
+            self.residual_norm(Which::Input(li), li > 0)?;
             self.attention_block(li, kv, batch)?;
+            self.residual_norm(Which::PostAttention(li), true)?;
             self.mlp_block(li)?;
         }
+        self.residual_norm(Which::Final, !self.layers.is_empty())?;
         let (be, sc) = (&self.backend, &mut self.scratch);
-        be.rms_norm(NormArgs {
-            x: &sc.hidden,
-            weight: &self.norm,
-            eps: self.spec.rms_norm_eps as f32,
-            group: self.spec.hidden_size,
-            out: &mut sc.normed,
-        })?;
         let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
         be.logits(&sc.normed, head, batch, &mut sc.logits)?;
         Ok(())

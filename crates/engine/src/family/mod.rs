@@ -5,6 +5,7 @@
 
 pub mod llama;
 
+use tf_backend::sample::{sample_row, Draw};
 use tf_backend::{Backend, BatchMeta, KvGeometry};
 use tf_checkpoint::{admission, Checkpoint, ModelSpec};
 
@@ -31,6 +32,29 @@ pub trait CausalLm<B: Backend>: Send {
         let logits = self.forward(kv, batch)?;
         let vocab = self.spec().vocab_size.max(1);
         Ok(logits.chunks_exact(vocab).map(tf_backend::argmax_row).collect())
+    }
+
+    /// Runs one step like [`CausalLm::forward`] and returns the token of each logit row under
+    /// its [`Draw`] (`draws[i]` for logit row `i`), sampled where the logits are
+    /// (`Backend::sample`, the definition of `tf_backend::sample::sample_row`): a GPU copies
+    /// back 4 bytes a row. For rows without penalties whose logits nobody reads; the same
+    /// tokens as `Sampler::sample` on `forward`'s rows.
+    fn forward_sample(
+        &mut self,
+        kv: &mut B::Kv,
+        batch: &BatchMeta,
+        draws: &[Draw],
+    ) -> Result<Vec<u32>> {
+        let logits = self.forward(kv, batch)?;
+        let vocab = self.spec().vocab_size.max(1);
+        if logits.len() != vocab * draws.len() {
+            return Err(EngineError::Refused(format!(
+                "forward_sample: {} draws for {} logit rows",
+                draws.len(),
+                logits.len() / vocab
+            )));
+        }
+        Ok(logits.chunks_exact(vocab).zip(draws).map(|(r, d)| sample_row(r, d)).collect())
     }
 }
 

@@ -1,0 +1,255 @@
+//! Fused decode ops: fewer launches per layer, the bits of the unfused composition.
+//!
+//! - `add_rms_norm` (`kernels/norm.cu`): the residual add and the following RMSNorm in one
+//!   launch; per element the `add` kernel's formula, per group the `rms_norm` kernel's block
+//!   size and sum order.
+//! - `linear_group` (`linear_bf16_group`): q, k and v (up to three weights over one input) in
+//!   one launch; `linear_swiglu` (`linear_bf16_swiglu`): gate and up for the same features in
+//!   one CTA with the SwiGLU epilogue. Each weight keeps its own `k_split(N, K)`, and each
+//!   slice is the same mma chain as in `linear_bf16`, so every element has the bits of the
+//!   separate `linear` (and `swiglu`).
+//! - `rope_kv_store` (`kernels/rope.cu`): rope of q and k and the KV write in one launch,
+//!   the `rope` kernel's pair formula and the `kv_store` kernel's pool layout.
+//!
+//! Where a fused kernel does not apply (a call whose products take the tiled prefill kernel,
+//! f32 activations, more slices than the fused kernel holds), the op runs the unfused
+//! launches: the same bits, so the choice is speed only, never the row count's business.
+//! Rejected: fusing across rows of different kernels (the tiled prefill path keeps its own
+//! launches: its CTAs cover 128 tokens, fusing would only save a launch per 128 rows).
+
+use cudarc::driver::LaunchConfig;
+
+use super::gemm::tiled_for;
+use super::kernels::{LINEAR_DECODE_ROWS, LINEAR_GROUP_WARPS, LINEAR_MAX_SLICES, LINEAR_NT};
+use super::linear::{self, k_split};
+use super::ops::{self, check_same, norm_threads, to_u32};
+use super::tensor::{dptr, CudaTensor, CudaWeight, WeightKind};
+use super::{CudaBackend, KArg};
+use crate::error::{BackendError, Result};
+use tf_checkpoint::spec::RopeStyle;
+
+use crate::{ActDType, AddNormArgs, LinearPart, RopeArgs, RopeKvArgs, SwigluArgs};
+
+/// Bytes of one slice job's partials per token tile in the grouped kernels' shared memory.
+const JOB_SMEM: u32 = 32 * 4 * 4;
+/// The grouped products serve calls of at most this many rows (decode steps; H200: at 128
+/// rows the separate launches were faster). Larger calls take the unfused launches.
+const FUSED_MAX_ROWS: usize = 64;
+
+/// The entry point (`base` or its one-token-tile `_d8` variant) and token tiles per CTA.
+fn variant(base: &'static str, d8: &'static str, rows: usize) -> (&'static str, u32) {
+    if rows <= LINEAR_DECODE_ROWS {
+        (d8, 1)
+    } else {
+        (base, LINEAR_NT)
+    }
+}
+
+pub(crate) fn add_rms_norm(be: &CudaBackend, a: AddNormArgs<'_, CudaBackend>) -> Result<()> {
+    check_same("add_rms_norm", a.acc, a.x)?;
+    let (rows, cols, group) = (a.acc.rows, a.acc.cols, a.group);
+    if group == 0 || cols % group != 0 {
+        return Err(BackendError::shape(
+            "add_rms_norm",
+            format!("group {group} does not divide {cols} columns"),
+        ));
+    }
+    a.weight.check_vector("add_rms_norm", group)?;
+    a.out.check_out("add_rms_norm", rows, cols)?;
+    let blocks = rows * (cols / group);
+    if blocks > 0 {
+        let s = &be.stream;
+        let (ap, af, xp, xf) =
+            (dptr(&a.acc.buf, s), a.acc.is_f32(), dptr(&a.x.buf, s), a.x.is_f32());
+        let (wp, op, of) = (dptr(&a.weight.buf, s), dptr(&a.out.buf, s), a.out.is_f32());
+        let (g32, eps) = (to_u32("add_rms_norm", "group", group)?, a.eps);
+        let grid = (to_u32("add_rms_norm", "groups", blocks)?, 1, 1);
+        let args: [KArg; 9] = [
+            ap.into(),
+            af.into(),
+            xp.into(),
+            xf.into(),
+            wp.into(),
+            op.into(),
+            of.into(),
+            g32.into(),
+            eps.into(),
+        ];
+        be.launch("add_rms_norm", ops::cfg(grid, norm_threads(group)), &args)?;
+    }
+    a.out.rows = rows;
+    Ok(())
+}
+
+/// Whether `w` can be one product of a grouped decode launch over `x` (bf16 everything,
+/// shapes `linear` would accept, and a call that `linear` would give to `linear_bf16`).
+fn streams(op: &'static str, x: &CudaTensor, w: &CudaWeight, out: &CudaTensor) -> Result<bool> {
+    if w.kind != WeightKind::Bf16Matrix || x.dtype != ActDType::Bf16 || out.dtype != ActDType::Bf16
+    {
+        return Ok(false);
+    }
+    if w.k != x.cols || !w.k.is_multiple_of(8) || w.n > u32::MAX as usize || w.k > u32::MAX as usize
+    {
+        return Ok(false);
+    }
+    if x.rows == 0 || x.rows > FUSED_MAX_ROWS || tiled_for(x.rows, w.n) {
+        return Ok(false);
+    }
+    out.check_out(op, x.rows, w.n)?;
+    Ok(true)
+}
+
+pub(crate) fn linear_group(
+    be: &CudaBackend,
+    x: &CudaTensor,
+    parts: &mut [LinearPart<'_, CudaBackend>],
+) -> Result<()> {
+    let mut fused = (1..=3).contains(&parts.len());
+    for p in parts.iter() {
+        fused = fused && streams("linear_group", x, p.w, p.out)?;
+        if let Some(b) = p.bias {
+            b.check_vector("linear_group", p.w.n)?;
+        }
+    }
+    if !fused {
+        for p in parts.iter_mut() {
+            linear::linear(be, x, p.w, p.bias, p.out)?;
+        }
+        return Ok(());
+    }
+    let s = &be.stream;
+    let mut args: Vec<KArg> =
+        vec![dptr(&x.buf, s).into(), (x.cols as u32).into(), (x.rows as u32).into()];
+    let (mut ctas, mut max_slices) = (0usize, 1u32);
+    for j in 0..3 {
+        match parts.get(j) {
+            Some(p) => {
+                let (slices, len) = k_split(p.w.n, p.w.k);
+                let tiles = p.w.n.div_ceil(16);
+                let bp = p.bias.map_or(0u64, |b| dptr(&b.buf, s));
+                args.extend([
+                    KArg::U64(dptr(&p.w.buf, s)),
+                    KArg::U64(bp),
+                    KArg::U64(dptr(&p.out.buf, s)),
+                ]);
+                args.extend([KArg::U32(p.w.n as u32), KArg::U32(slices), KArg::U32(len)]);
+                if j < 2 {
+                    args.push((tiles as u32).into());
+                }
+                ctas += tiles;
+                max_slices = max_slices.max(slices);
+            }
+            None => {
+                args.extend([KArg::U64(0), KArg::U64(0), KArg::U64(0)]);
+                args.extend([KArg::U32(0), KArg::U32(1), KArg::U32(32)]);
+                if j < 2 {
+                    args.push(KArg::U32(0));
+                }
+            }
+        }
+    }
+    if max_slices > LINEAR_MAX_SLICES || ctas > u32::MAX as usize {
+        return Err(BackendError::shape(
+            "linear_group",
+            format!("{max_slices} slices, {ctas} tiles"),
+        ));
+    }
+    // No one-tile variant here: on the llama3-8b q/k/v at one row the general kernel took
+    // 16.7 us, a `_d8` one 19.8 us (H200, 2026-11-30).
+    let (name, nt) = ("linear_bf16_group", LINEAR_NT);
+    let cfg = LaunchConfig {
+        grid_dim: (ctas as u32, x.rows.div_ceil(8 * nt as usize) as u32, 1),
+        block_dim: (32 * max_slices.min(LINEAR_GROUP_WARPS), 1, 1),
+        shared_mem_bytes: max_slices * nt * JOB_SMEM,
+    };
+    be.launch(name, cfg, &args)?;
+    for p in parts.iter_mut() {
+        p.out.rows = x.rows;
+    }
+    Ok(())
+}
+
+pub(crate) fn linear_swiglu(be: &CudaBackend, a: SwigluArgs<'_, CudaBackend>) -> Result<()> {
+    let (x, gw, uw) = (a.x, a.gate_w, a.up_w);
+    let (slices, len) = k_split(gw.n, gw.k);
+    let fused = gw.n == uw.n
+        && gw.k == uw.k
+        && 2 * slices <= LINEAR_MAX_SLICES
+        && a.out.dtype == ActDType::Bf16
+        && streams("linear_swiglu", x, gw, a.gate)?
+        && streams("linear_swiglu", x, uw, a.up)?;
+    if !fused {
+        linear::linear(be, x, gw, None, a.gate)?;
+        linear::linear(be, x, uw, None, a.up)?;
+        return ops::swiglu(be, a.gate, a.up, a.out);
+    }
+    a.out.check_out("linear_swiglu", x.rows, gw.n)?;
+    let s = &be.stream;
+    let args: [KArg; 11] = [
+        dptr(&x.buf, s).into(),
+        (x.cols as u32).into(),
+        (x.rows as u32).into(),
+        dptr(&gw.buf, s).into(),
+        dptr(&uw.buf, s).into(),
+        dptr(&a.gate.buf, s).into(),
+        dptr(&a.up.buf, s).into(),
+        dptr(&a.out.buf, s).into(),
+        (gw.n as u32).into(),
+        slices.into(),
+        len.into(),
+    ];
+    let (name, nt) = variant("linear_bf16_swiglu", "linear_bf16_swiglu_d8", x.rows);
+    let cfg = LaunchConfig {
+        grid_dim: (gw.n.div_ceil(16) as u32, x.rows.div_ceil(8 * nt as usize) as u32, 1),
+        block_dim: (32 * (2 * slices).min(LINEAR_GROUP_WARPS), 1, 1),
+        shared_mem_bytes: 2 * slices * nt * JOB_SMEM,
+    };
+    be.launch(name, cfg, &args)?;
+    for t in [a.gate, a.up, a.out] {
+        t.rows = x.rows;
+    }
+    Ok(())
+}
+
+pub(crate) fn rope_kv_store(be: &CudaBackend, a: RopeKvArgs<'_, CudaBackend>) -> Result<()> {
+    let (head_dim, style, table, batch) = (a.head_dim, a.style, a.table, a.batch);
+    let bf16 = [&*a.q, &*a.k, a.v].iter().all(|t| t.dtype == ActDType::Bf16);
+    if !bf16 {
+        ops::rope(be, RopeArgs { x: a.q, heads: a.heads, head_dim, style, table, batch })?;
+        ops::rope(be, RopeArgs { x: a.k, heads: a.kv_heads, head_dim, style, table, batch })?;
+        return super::attention::kv_store(be, a.kv, a.layer, (a.k, a.v), batch);
+    }
+    ops::check_rope(&RopeArgs { x: a.q, heads: a.heads, head_dim, style, table, batch })?;
+    ops::check_rope(&RopeArgs { x: a.k, heads: a.kv_heads, head_dim, style, table, batch })?;
+    let kv = &*a.kv;
+    kv.check_batch("rope_kv_store", a.layer, batch)?;
+    let (g, rows) = (kv.geom, batch.rows());
+    let width = g.kv_heads * g.head_dim;
+    if a.kv_heads != g.kv_heads || head_dim != g.head_dim || a.v.cols != width || a.v.rows != rows {
+        return Err(BackendError::shape(
+            "rope_kv_store",
+            format!(
+                "k/v ({rows}, {}) as {} heads of {head_dim}; the pool has {} kv heads of {}",
+                a.v.cols, a.kv_heads, g.kv_heads, g.head_dim
+            ),
+        ));
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    let s = &be.stream;
+    let u = |what, v| to_u32("rope_kv_store", what, v);
+    let mut args: Vec<KArg> = [&*a.q, &*a.k, a.v].map(|t| KArg::U64(dptr(&t.buf, s))).to_vec();
+    args.push(dptr(&table.buf, s).into());
+    args.push(batch.ptr(s, batch.at.positions).into());
+    args.extend(
+        [u("heads", a.heads)?, u("kv heads", a.kv_heads)?, u("head_dim", head_dim)?].map(KArg::U32),
+    );
+    args.push(KArg::I32((style == RopeStyle::Interleaved) as i32));
+    args.push(dptr(&kv.buf, s).into());
+    args.push(batch.ptr(s, batch.at.row_table).into());
+    args.push(batch.ptr(s, batch.at.tables).into());
+    let dims = [g.layers as u32, a.layer as u32, g.block_size as u32];
+    args.extend(dims.map(KArg::U32));
+    be.launch("rope_kv_store", ops::cfg((rows as u32, 1, 1), 256), &args)
+}
