@@ -205,12 +205,7 @@ pub trait Backend: Send {
     /// (temperature 0 is [`Backend::argmax`]'s rule). A GPU computes it there and copies back 4
     /// bytes a row; the default reads the rows back and runs the host definition.
     fn sample(&self, t: &Self::Tensor, rows: usize, draws: &[sample::Draw]) -> Result<Vec<u32>> {
-        if draws.len() != rows {
-            return Err(BackendError::shape(
-                "sample",
-                format!("{} draws for {rows} rows", draws.len()),
-            ));
-        }
+        sample::check_draws(rows, draws)?;
         let v = self.read_f32(t, rows)?;
         let cols = v.len().checked_div(rows).unwrap_or(0);
         if cols == 0 {

@@ -29,6 +29,7 @@
 //! reduction cannot reproduce them; libm `exp` (differs from CUDA's `exp` in the last bit).
 
 use crate::argmax_row;
+use crate::error::{BackendError, Result};
 
 /// Fraction bits of the top-p and min-p parameters.
 const PARAM_BITS: u32 = 24;
@@ -175,6 +176,17 @@ struct Cand {
     key: u32,
     id: u32,
     w: u64,
+}
+
+/// Refuses a `Backend::sample` call whose draws do not match its rows, one draw a row.
+pub(crate) fn check_draws(rows: usize, draws: &[Draw]) -> Result<()> {
+    if draws.len() != rows {
+        return Err(BackendError::shape(
+            "sample",
+            format!("{} draws for {rows} rows", draws.len()),
+        ));
+    }
+    Ok(())
 }
 
 /// The token of one row under `d`: the definition above, by radix selection (no sort).

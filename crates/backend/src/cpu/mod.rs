@@ -257,12 +257,7 @@ impl Backend for CpuBackend {
     /// The host definition (`sample::sample_row`), rows shared among the pool's threads: each
     /// token is a pure function of its own row and draw, so no thread count changes one.
     fn sample(&self, t: &CpuTensor, rows: usize, draws: &[sample::Draw]) -> Result<Vec<u32>> {
-        if draws.len() != rows {
-            return Err(BackendError::shape(
-                "sample",
-                format!("{} draws for {rows} rows", draws.len()),
-            ));
-        }
+        sample::check_draws(rows, draws)?;
         let v = self.read_f32(t, rows)?;
         let cols = v.len().checked_div(rows).unwrap_or(0);
         if cols == 0 {
