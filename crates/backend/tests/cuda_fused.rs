@@ -15,7 +15,7 @@
 
 mod common;
 
-use common::cuda::{gpu, up};
+use common::cuda::{gpu, per_call, up};
 use common::{random_bf16, random_vector, random_weight, Rng};
 use tf_backend::batch::{BatchMeta, KvGeometry, SeqMeta};
 use tf_backend::cuda::{CudaBackend, CudaTensor, CudaWeight};
@@ -132,18 +132,6 @@ fn fused_ops_equal_the_unfused_composition_bitwise() {
     let g = gpu();
     check_geometry(&g, (576, 576, 192, 1536));
     check_geometry(&g, (4096, 4096, 1024, 14336));
-}
-
-/// Seconds per call of `f`, after a warm-up, over `iters` calls ended by one synchronize.
-fn per_call(g: &CudaBackend, iters: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    g.synchronize().unwrap();
-    let t = std::time::Instant::now();
-    for _ in 0..iters {
-        f();
-    }
-    g.synchronize().unwrap();
-    t.elapsed().as_secs_f64() / iters as f64
 }
 
 /// A bf16 `(n, k)` matrix of one repeated value (speed only).

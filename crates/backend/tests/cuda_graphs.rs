@@ -14,16 +14,13 @@
 
 mod common;
 
+use common::cuda::{gpu, per_call};
 use common::*;
 use tf_backend::batch::{BatchMeta, KvGeometry, SeqMeta};
 use tf_backend::cuda::{CudaBackend, CudaKv, CudaTensor, CudaWeight};
 use tf_backend::{argmax_row, ActDType, AttnArgs, Backend, NormArgs, RopeArgs};
 use tf_checkpoint::spec::RopeStyle;
 use tf_checkpoint::{DType, TensorFormat};
-
-fn gpu() -> CudaBackend {
-    CudaBackend::new(0).unwrap_or_else(|e| panic!("{e}"))
-}
 
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --ignored on the GPU machine"]
@@ -241,18 +238,6 @@ fn flat_weight(g: &CudaBackend, n: usize, k: usize) -> CudaWeight {
     let view =
         tf_checkpoint::TensorView::owned("w", TensorFormat::Plain(DType::BF16), vec![n, k], bytes);
     g.load_weight(&view).unwrap()
-}
-
-/// Seconds per call of `f`, after a warm-up, over `iters` calls ended by one synchronize.
-fn per_call(g: &CudaBackend, iters: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    g.synchronize().unwrap();
-    let t = std::time::Instant::now();
-    for _ in 0..iters {
-        f();
-    }
-    g.synchronize().unwrap();
-    t.elapsed().as_secs_f64() / iters as f64
 }
 
 /// Where a llama3-8b decode step's time goes on this GPU: each projection shape at one row

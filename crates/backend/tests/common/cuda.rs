@@ -66,3 +66,15 @@ pub fn gpu_linear(
     g.linear(&x, w, bias, &mut out).unwrap();
     g.read_f32(&out, rows).unwrap()
 }
+
+/// Seconds per call of `f`, after a warm-up, over `iters` calls ended by one synchronize.
+pub fn per_call(g: &CudaBackend, iters: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    g.synchronize().unwrap();
+    let t = std::time::Instant::now();
+    for _ in 0..iters {
+        f();
+    }
+    g.synchronize().unwrap();
+    t.elapsed().as_secs_f64() / iters as f64
+}
