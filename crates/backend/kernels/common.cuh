@@ -50,3 +50,59 @@ __device__ __forceinline__ void mma16816(float* d, u32 a0, u32 a1, u32 a2, u32 a
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+
+// Programmatic dependent launch (sm_90+; no-ops before). The host launches every kernel of a
+// step with programmatic stream serialization (`cuda/graph.rs`), so a kernel may START while
+// the one before it still runs. Every entry point therefore calls pdl_wait() before its first
+// global memory access other than reading immutable weights: griddepcontrol.wait returns once
+// the previous kernel has completed and its writes are visible, so what a kernel reads and
+// writes is exactly what it would be without overlap (no bit can change). pdl_launch() lets the
+// next kernel start its own pre-wait part (launch, weight prefetch) early.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// cp.async (sm_80+): 16 bytes global -> shared, bypassing L1; pred false writes zeros and reads
+// nothing. Completion per thread by commit/wait groups.
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool pred) {
+    const int n = pred ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// Asks L2 to fetch [p, p + bytes) (16-byte aligned, bytes % 16 == 0; sm_90+): a hint, no
+// value changes (attention.cu asks for V while it scores K).
+__device__ __forceinline__ void prefetch_l2(const void* p, u32 bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (bytes) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+
+// A 1-D grid's CTA -> (feature tile fi, token tile ti) of the GEMMs: `group` feature tiles at a
+// time, the token tile advancing after each group's feature tiles, so the CTAs in flight share
+// few weight and activation tiles. Speed only: no element's arithmetic depends on it.
+__device__ __forceinline__ void tile_raster(u32 n, u32 rows, u32 tm, u32 tn, u32 group, u32& fi,
+                                            u32& ti) {
+    const u32 tf = (n + tm - 1) / tm, tt = (rows + tn - 1) / tn;
+    const u32 per = group * tt, first = (blockIdx.x / per) * group, in = blockIdx.x % per;
+    const u32 size = min(group, tf - first);
+    fi = first + in % size;
+    ti = in / size;
+}

@@ -4,6 +4,8 @@
 // Each element depends on its own inputs only.
 extern "C" __global__ void __launch_bounds__(256) swiglu(
     const void* g, int g_f32, const void* u, int u_f32, void* out, int out_f32, u64 n) {
+    pdl_wait();
+    pdl_launch();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
         const float gv = ld_act(g, i, g_f32);
         const float s = rbf(gv / (1.0f + expf(-gv)));
@@ -13,6 +15,8 @@ extern "C" __global__ void __launch_bounds__(256) swiglu(
 
 extern "C" __global__ void __launch_bounds__(256) add(
     void* acc, int acc_f32, const void* x, int x_f32, u64 n) {
+    pdl_wait();
+    pdl_launch();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
         st_act(acc, i, acc_f32, ld_act(acc, i, acc_f32) + ld_act(x, i, x_f32));
     }

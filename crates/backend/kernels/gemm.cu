@@ -32,27 +32,11 @@
 // same run: 683-794. Not yet known what bounds it now (no profiler run): candidates are the
 // L2 -> SM traffic of 128 x 128 tiles (~4 TB/s at this rate) and mma.sync issue on sm_90.
 
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool pred) {
-    const int n = pred ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n)
-                 : "memory");
-}
 __device__ __forceinline__ void cp_async4(u32 dst, const void* src, bool pred) {
     const int n = pred ? 4 : 0;
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(n)
                  : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.wait_all;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 // Feature tiles walked per token tile (L2 reuse; changes no element's arithmetic).
 #define TL_GROUP 8
 
@@ -99,11 +83,7 @@ __device__ __forceinline__ u32 tl_aoff(u32 h, u32 q, u32 p, u32 c) {
 // token tile advancing after each group's feature tiles, so the CTAs in flight share few weight
 // and activation tiles.
 __device__ __forceinline__ void tl_tile(u32 n, u32 rows, u32 tm, u32 tn, u32& fi, u32& ti) {
-    const u32 tf = (n + tm - 1) / tm, tt = (rows + tn - 1) / tn;
-    const u32 per = TL_GROUP * tt, first = (blockIdx.x / per) * TL_GROUP, in = blockIdx.x % per;
-    const u32 size = min((u32)TL_GROUP, tf - first);
-    fi = first + in % size;
-    ti = in / size;
+    tile_raster(n, rows, tm, tn, TL_GROUP, fi, ti);
 }
 
 // One super-step (32 k at half h of the tile) of a warp's MT x NT mma tiles: each accumulator
@@ -268,6 +248,8 @@ __device__ __forceinline__ void tl_body(const bf16* __restrict__ w, const bf16* 
         const bf16* __restrict__ w, const bf16* __restrict__ x, const u32* __restrict__ row_idx, \
         const float* __restrict__ bias, void* out, int out_mode, u32 n, u32 k, u32 rows,       \
         u32 slice_len, u32 slices) {                                                           \
+        pdl_wait();                                                                            \
+        pdl_launch();                                                                          \
         tl_body<MT, NT, WM, WN, TK, STAGES, TOT_SMEM>(w, x, row_idx, bias, out, out_mode, n, k, \
                                                       rows, slice_len, slices);                \
     }

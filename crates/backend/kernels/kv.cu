@@ -7,6 +7,8 @@ extern "C" __global__ void __launch_bounds__(256) kv_store(
     bf16* __restrict__ pool, const void* k, int k_f32, const void* v, int v_f32,
     const u32* __restrict__ positions, const u32* __restrict__ row_table,
     const u32* __restrict__ tables, u32 layers, u32 layer, u32 kvh, u32 hd, u32 bs) {
+    pdl_wait();
+    pdl_launch();
     const u32 r = blockIdx.x;
     const u32 pos = positions[r];
     const u64 blk = tables[row_table[r] + pos / bs];

@@ -13,10 +13,17 @@
 // bytes (8 bf16) of weight rows g and g + 8 and of token g's row, all at k0 + 8c; the first
 // mma takes elements 0..3 of each load, the second elements 4..7. A and B use the same
 // mapping, so each mma sums matching products; the mapping is fixed, so the chain is too.
-// Loads are 16 bytes wide, UNROLL super-steps in flight per warp.
+// Loads are 16 bytes wide, UNROLL super-steps in flight per warp. Tried and dropped
+// (H200, 2026-11-30, same bits): the decode entries' weights through a per-warp cp.async ring
+// of 4 stages x 2 super-steps. Isolated (ncu, cold L2) it was faster at one row (gate/up +
+// swiglu 79 -> 67 us, down 45 -> 39 us), but served, against this register path in otherwise
+// the same build: decode 167.7 vs 182.5 tok/s, 16 / 64 streams 1,264 / 2,059 vs 1,645 / 3,148,
+// the 33B geometry 46.4 vs 49.8 (two receipts, docs/bench/2026-11-30-h200.md). An L2 bulk
+// prefetch of each CTA's weight rows before pdl_wait() lost 2-12% (149-164 vs 171 tok/s).
 //
 // Two entry points compute it: linear_bf16 (here: operands straight from global memory, K
-// slices on warps; for decode and small batches) and linear_bf16_tiled (gemm.cu: shared-memory
+// slices on warps; for decode and small batches) and linear_bf16_tiled (gemm.cu, or
+// linear_bf16_wg in gemm90.cu on sm_90a: shared-memory
 // tiles, a cp.async pipeline, one CTA walking every slice in order; for prefill). Same mma, same K
 // mapping, same slices, same zero padding, same combine order: the same bits for every
 // element (the contract's row gate and tests/cuda_ops.rs check it). The grouped decode entries
@@ -130,6 +137,8 @@ __device__ __forceinline__ void linear_body(
     extern __shared__ float part[];  // [S][NT][32 lanes][4]
     const u32 lane = threadIdx.x & 31, s = threadIdx.x >> 5, S = blockDim.x >> 5;
     const u32 n0 = blockIdx.x * 16, t0 = blockIdx.y * 8 * NT;
+    pdl_wait();
+    pdl_launch();
     const bf16* xr[NT];
     bool vx[NT];
     token_rows<NT>(x, row_idx, k, rows, t0, lane >> 2, xr, vx);
@@ -198,6 +207,8 @@ __device__ __forceinline__ void group_body(GROUP_PARAMS) {
         }
     }
     const u32 n0 = bx * 16, t0 = blockIdx.y * 8 * NT;
+    pdl_wait();
+    pdl_launch();
     const bf16* xr[NT];
     bool vx[NT];
     token_rows<NT>(x, nullptr, k, rows, t0, lane >> 2, xr, vx);
@@ -232,6 +243,8 @@ __device__ __forceinline__ void swiglu_body(SWIGLU_PARAMS) {
     extern __shared__ float part[];  // [2S][NT][32 lanes][4]
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
     const u32 n0 = blockIdx.x * 16, t0 = blockIdx.y * 8 * NT;
+    pdl_wait();
+    pdl_launch();
     const bf16* xr[NT];
     bool vx[NT];
     token_rows<NT>(x, nullptr, k, rows, t0, lane >> 2, xr, vx);

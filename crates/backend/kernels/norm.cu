@@ -34,6 +34,8 @@ __device__ __forceinline__ void rms_norm_finish(float sq, const void* src, int s
 extern "C" __global__ void __launch_bounds__(1024) rms_norm(
     const void* x, int x_f32, const float* __restrict__ w, void* out, int out_f32, u32 group,
     float eps) {
+    pdl_wait();
+    pdl_launch();
     const u64 base = (u64)blockIdx.x * group;
     float acc = 0.0f;
     for (u32 i = threadIdx.x; i < group; i += blockDim.x) {
@@ -50,6 +52,8 @@ extern "C" __global__ void __launch_bounds__(1024) rms_norm(
 extern "C" __global__ void __launch_bounds__(1024) add_rms_norm(
     void* acc, int acc_f32, const void* x, int x_f32, const float* __restrict__ w, void* out,
     int out_f32, u32 group, float eps) {
+    pdl_wait();
+    pdl_launch();
     const u64 base = (u64)blockIdx.x * group;
     float sq = 0.0f;
     for (u32 i = threadIdx.x; i < group; i += blockDim.x) {

@@ -7,6 +7,8 @@
 extern "C" __global__ void __launch_bounds__(256) rope(
     void* x, int x_f32, const bf16* __restrict__ table, const u32* __restrict__ positions,
     u32 heads, u32 hd, int interleaved) {
+    pdl_wait();
+    pdl_launch();
     const u32 r = blockIdx.x, half = hd / 2;
     const bf16* t = table + (u64)positions[r] * hd;
     const u64 base = (u64)r * heads * hd;
@@ -28,12 +30,15 @@ extern "C" __global__ void __launch_bounds__(256) rope(
 // formula of `rope` above; the pool layout and slot of `kv_store` (kv.cu): the stored k is
 // the rotated value's bf16 bits, as kv_store would copy them; v goes through kv_store's
 // f2bf(bf2f(.)) (a signalling NaN comes out quiet there too). bf16 activations only (the
-// host checks). grid: rows; block: 256; each thread owns whole pairs and whole v elements.
+// host checks). grid: (rows, parts); block: 256; each thread owns whole pairs and whole v
+// elements (the parts only spread them over more CTAs).
 extern "C" __global__ void __launch_bounds__(256) rope_kv_store(
     bf16* q, bf16* k, const bf16* __restrict__ v, const bf16* __restrict__ table,
     const u32* __restrict__ positions, u32 heads, u32 kvh, u32 hd, int interleaved,
     bf16* __restrict__ pool, const u32* __restrict__ row_table, const u32* __restrict__ tables,
     u32 layers, u32 layer, u32 bs) {
+    pdl_wait();
+    pdl_launch();
     const u32 r = blockIdx.x, half = hd / 2;
     const u32 pos = positions[r];
     const bf16* t = table + (u64)pos * hd;
@@ -41,7 +46,8 @@ extern "C" __global__ void __launch_bounds__(256) rope_kv_store(
     const u32 slot = pos % bs;
     const u64 plane = (u64)kvh * bs * hd;
     const u64 kp = (blk * layers + layer) * 2 * plane;
-    for (u32 idx = threadIdx.x; idx < (heads + kvh) * half; idx += blockDim.x) {
+    const u32 first = blockIdx.y * blockDim.x, step = gridDim.y * blockDim.x;
+    for (u32 idx = first + threadIdx.x; idx < (heads + kvh) * half; idx += step) {
         const u32 h = idx / half, i = idx % half;
         const bool is_k = h >= heads;
         const u32 hh = is_k ? h - heads : h;
@@ -60,7 +66,7 @@ extern "C" __global__ void __launch_bounds__(256) rope_kv_store(
         }
     }
     const u32 width = kvh * hd;
-    for (u32 i = threadIdx.x; i < width; i += blockDim.x) {
+    for (u32 i = first + threadIdx.x; i < width; i += step) {
         const u32 g = i / hd, d = i % hd;
         pool[kp + plane + ((u64)g * bs + slot) * hd + d] = f2bf(bf2f(v[(u64)r * width + i]));
     }

@@ -21,6 +21,8 @@ __device__ __forceinline__ void better(float& v, u32& i, float ov, u32 oi) {
 
 extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
 argmax_f32(const void* logits, int is_f32, u32* out, u32 cols) {
+    pdl_wait();
+    pdl_launch();
     __shared__ float sv[ARGMAX_THREADS / 32];
     __shared__ u32 si[ARGMAX_THREADS / 32];
     const u64 base = (u64)blockIdx.x * cols;
@@ -307,6 +309,8 @@ __device__ u32 block_argmax(const void* logits, int is_f32, u64 base, u32 cols, 
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
 sample_rows(const void* logits, int is_f32, const u64* prm, u64* wbuf, u32* out, u32 cols,
             u32 s) {
+    pdl_wait();
+    pdl_launch();
     __shared__ SelShared sh;
     const u64 row = blockIdx.x;
     const double t = __longlong_as_double((long long)prm[4 * row]);

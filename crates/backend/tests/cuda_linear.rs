@@ -147,21 +147,7 @@ fn tiled_case_weight(
 fn tiled_linear_equals_streaming_linear_bitwise() {
     let g = gpu();
     let mut rng = Rng::new(11);
-    let shapes = [
-        (4096, 4096, false),
-        (1024, 4096, false),
-        (6144, 4096, false),
-        (14336, 4096, false),
-        (4096, 14336, false),
-        (576, 576, true),
-        (192, 576, false),
-        (1536, 576, false),
-        (576, 1536, false),
-        (49152, 576, false),
-        (200, 72, true),
-        (136, 1000, true),
-        (1024, 4104, false),
-    ];
+    let shapes = GEMM_CASE_SHAPES;
     let mut failed = Vec::new();
     for (n, k, with_bias) in shapes {
         let w = tiled_case_weight(&g, &mut rng, n, k);

@@ -122,14 +122,14 @@ impl Family {
         match self {
             Family::Embed => &["embed"],
             Family::RmsNorm => &["norm"],
-            Family::Linear | Family::Logits => &["linear", "gemm"],
+            Family::Linear | Family::Logits => &["linear", "gemm", "gemm90"],
             Family::Rope => &["rope"],
             Family::Attention => &["kv", "attention"],
             Family::Swiglu | Family::Add => &["elementwise"],
             Family::Sample => &["sample"],
             // The fused kernels live beside the ops they fuse; where a call takes the unfused
             // path (prefill rows), the tiled GEMM and the swiglu kernel serve it.
-            Family::Fused => &["norm", "linear", "gemm", "elementwise", "rope", "kv"],
+            Family::Fused => &["norm", "linear", "gemm", "gemm90", "elementwise", "rope", "kv"],
         }
     }
 }

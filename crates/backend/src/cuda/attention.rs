@@ -5,8 +5,27 @@
 //! (row tile of one sequence, kv head), the GQA group's query heads packed on the mma's M
 //! side, KV tiles of 64 and splits of 256 positions at absolute boundaries, splits merged
 //! sequentially. Two modes give the same bits per row: calls of at most `split_rows` rows
-//! (decode) run one CTA per split plus `attention_combine`; larger calls (prefill) let each
-//! CTA walk every split itself, so they need no partial buffer.
+//! (decode) run one CTA per split (`attention_dec_hd*`) plus `attention_combine`; larger
+//! calls (prefill) let each CTA walk every split itself (`attention_hd*`), so they need no
+//! partial buffer. A decode CTA whose row tile has at most 16 M-rows (every decode row)
+//! spreads the general kernel's warp-0 arithmetic over its 4 warps: warp w scores KV tile w
+//! of the split and computes its softmax weights, then every warp runs the P V chains of a
+//! quarter of the output dims, with the same operands in the same order per element (larger
+//! row tiles run the general code in the same entry). head_dim 256 has no decode entry (a
+//! split's KV does not fit in shared memory): split mode runs `attention_hd256`.
+//! `TENSORFOLD_DECODE_ATTN=0` runs split mode on the general entry (an A/B switch; same bits).
+//! The decode CTA's shared memory (99,072 B at head_dim 128: the split's K tiles, which then
+//! take its V tiles, and the weights' bf16 pieces) stays under sm_89's 101,376 B opt-in
+//! limit, so V is loaded after the scores (prefetched into L2 before).
+//! Measured on an H200 (tests/cuda_attention.rs, llama3-8b heads, one row, in a graph): 11.9 /
+//! 17.8 / 18.6 / 22.9 us a call at 128 / 384 / 1,024 / 4,096 positions, was 19.1 / 28.2 /
+//! 29.0 / 33.3 us with the general entry.
+//! Rejected: the merge done by the last split CTA to finish (an atomic counter per row tile,
+//! no combine launch): 11.4 / 20.5 / 22.0 / 27.1 us, slower past one split, as its serial
+//! partial reads from L2 cost more than the launch they save; splits of 64 positions (more
+//! CTAs for decode, but a merge per tile adds ~10% to the prefill kernel's non-mma
+//! instructions: an estimate, not measured); 8-warp decode CTAs (the general path they also
+//! run for larger row tiles is written for 4).
 //!
 //! Graph safety: every launch's grid, arguments and shared memory are a function of the row
 //! count, the pool geometry, the head shape and fixed buffers, never of positions. The split
@@ -79,24 +98,49 @@ const SPLIT_MODE_MAX_ROWS: usize = 32;
 /// call in the CTA-walks-all-splits mode (same bits, less parallel for decode).
 const PARTIAL_BUDGET: usize = 256 << 20;
 
+/// Query M-rows of a decode CTA (`DROWS` in attention.cu).
+const DROWS: usize = 16;
+
 /// Dynamic shared memory of the attention kernel for `head_dim`: q, K and V tiles of
 /// `head_dim + 8` bf16 per row.
 pub(crate) const fn attention_smem(head_dim: usize) -> u32 {
     ((MROWS + 2 * TK) * (head_dim + 8) * 2) as u32
 }
 
-fn entry_for(head_dim: usize) -> Result<&'static str> {
+/// Dynamic shared memory of the split-mode entries (`attention_dec_hd*`): the larger of the
+/// decode CTA's (every KV tile of a split, 16 q rows, the weights' bf16 pieces in fragment
+/// order, tile maxima and sums: `dec_smem` in attention.cu) and `attention_smem`'s.
+pub(crate) const fn attention_dec_smem(head_dim: usize) -> u32 {
+    let tiles = SPLIT / TK;
+    let dec = (tiles * TK + DROWS) * (head_dim + 8) * 2
+        + tiles * (TK / 16) * 3 * 4 * 32 * 4
+        + tiles * DROWS * 2 * 4;
+    let all = attention_smem(head_dim) as usize;
+    (if dec > all { dec } else { all }) as u32
+}
+
+/// The entry points for `head_dim`: (one CTA walks every split, split mode). head_dim 256
+/// has no decode entry (its KV tiles of a split do not fit in shared memory): split mode
+/// runs the general kernel, one split per CTA.
+fn entry_for(head_dim: usize) -> Result<(&'static str, &'static str)> {
     Ok(match head_dim {
-        64 => "attention_hd64",
-        96 => "attention_hd96",
-        128 => "attention_hd128",
-        256 => "attention_hd256",
+        64 => ("attention_hd64", "attention_dec_hd64"),
+        96 => ("attention_hd96", "attention_dec_hd96"),
+        128 => ("attention_hd128", "attention_dec_hd128"),
+        256 => ("attention_hd256", "attention_hd256"),
         _ => {
             return Err(BackendError::Device(format!(
                 "attention: head_dim {head_dim} is not implemented on the CUDA backend (64, 96, 128, 256 are)"
             )))
         }
     })
+}
+
+/// `TENSORFOLD_DECODE_ATTN=0` runs split mode on the general entry (the kernel before the
+/// decode entries; the same bits, slower): an A/B switch for measurements, read once.
+fn decode_entries_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TENSORFOLD_DECODE_ATTN").map_or(true, |v| v != "0"))
 }
 
 /// The split-partial layout of a pool: (rows that may run in split mode, splits per row).
@@ -135,7 +179,7 @@ pub(crate) fn attention(be: &CudaBackend, a: AttnArgs<'_, CudaBackend>) -> Resul
             "attention: {group} query heads per kv head; the CUDA kernel packs at most {MROWS}"
         )));
     }
-    let name = entry_for(a.head_dim)?;
+    let entries = entry_for(a.head_dim)?;
     if rows * a.kv_heads > i32::MAX as usize {
         return Err(BackendError::shape(
             "attention",
@@ -143,51 +187,71 @@ pub(crate) fn attention(be: &CudaBackend, a: AttnArgs<'_, CudaBackend>) -> Resul
         ));
     }
     if rows > 0 {
-        let (split_rows, nsplit) = split_plan(g, a.heads);
-        let split_mode = rows <= split_rows && nsplit > 1;
-        let part = if split_mode {
-            partials(be, split_rows * a.heads * nsplit * (a.head_dim + 2))?
-        } else {
-            0
-        };
-        let s = &be.stream;
-        let (q, pool, out) = (dptr(&a.q.buf, s), dptr(&kv.buf, s), dptr(&a.out.buf, s));
-        let (pos, rt, tab) = (
-            batch.ptr(s, batch.at.positions),
-            batch.ptr(s, batch.at.row_table),
-            batch.ptr(s, batch.at.tables),
-        );
-        let dims = [
-            rows as u32,
-            g.layers as u32,
-            a.layer as u32,
-            a.heads as u32,
-            a.kv_heads as u32,
-            g.block_size as u32,
-            split_mode as u32,
-            nsplit as u32,
-        ];
-        let cfg = LaunchConfig {
-            grid_dim: ((rows * a.kv_heads) as u32, 1, if split_mode { nsplit as u32 } else { 1 }),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: attention_smem(a.head_dim),
-        };
-        let mut args: Vec<KArg> = [q, pool, out, part, pos, rt, tab].map(KArg::U64).to_vec();
-        args.extend(dims.map(KArg::U32));
-        args.push(a.scale.into());
-        be.launch(name, cfg, &args)?;
-        if split_mode {
-            let (heads, hd, ns) = (a.heads as u32, a.head_dim as u32, nsplit as u32);
-            let cfg = LaunchConfig {
-                grid_dim: (rows as u32, heads, 1),
-                block_dim: (128, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            let args = [out.into(), part.into(), pos.into(), heads.into(), hd.into(), ns.into()];
-            be.launch("attention_combine", cfg, &args)?;
-        }
+        launch(be, &a, rows, entries)?;
     }
     a.out.rows = rows;
+    Ok(())
+}
+
+/// The launches of one attention call of `rows` rows: a function of the row count, the pool
+/// geometry, the head shape and fixed buffers only (graph capture).
+fn launch(
+    be: &CudaBackend,
+    a: &AttnArgs<'_, CudaBackend>,
+    rows: usize,
+    (walk_entry, split_entry): (&'static str, &'static str),
+) -> Result<()> {
+    let g = &a.kv.geom;
+    let (split_rows, nsplit) = split_plan(g, a.heads);
+    let split_mode = rows <= split_rows && nsplit > 1;
+    let dec = split_mode && decode_entries_enabled() && split_entry != walk_entry;
+    let part = if split_mode {
+        partials(be, split_rows * a.heads * nsplit * (a.head_dim + 2))?
+    } else {
+        0
+    };
+    let s = &be.stream;
+    let (q, pool, out) = (dptr(&a.q.buf, s), dptr(&a.kv.buf, s), dptr(&a.out.buf, s));
+    let batch = a.batch;
+    let (pos, rt, tab) = (
+        batch.ptr(s, batch.at.positions),
+        batch.ptr(s, batch.at.row_table),
+        batch.ptr(s, batch.at.tables),
+    );
+    let dims = [
+        rows as u32,
+        g.layers as u32,
+        a.layer as u32,
+        a.heads as u32,
+        a.kv_heads as u32,
+        g.block_size as u32,
+        split_mode as u32,
+        nsplit as u32,
+    ];
+    let (name, smem) = if dec {
+        (split_entry, attention_dec_smem(a.head_dim))
+    } else {
+        (walk_entry, attention_smem(a.head_dim))
+    };
+    let cfg = LaunchConfig {
+        grid_dim: ((rows * a.kv_heads) as u32, 1, if split_mode { nsplit as u32 } else { 1 }),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: smem,
+    };
+    let mut args: Vec<KArg> = [q, pool, out, part, pos, rt, tab].map(KArg::U64).to_vec();
+    args.extend(dims.map(KArg::U32));
+    args.push(a.scale.into());
+    be.launch(name, cfg, &args)?;
+    if split_mode {
+        let (heads, hd, ns) = (a.heads as u32, a.head_dim as u32, nsplit as u32);
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, heads, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let args = [out.into(), part.into(), pos.into(), heads.into(), hd.into(), ns.into()];
+        be.launch("attention_combine", cfg, &args)?;
+    }
     Ok(())
 }
 

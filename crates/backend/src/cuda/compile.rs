@@ -35,6 +35,7 @@ pub const FAMILIES: &[Family] = &[
     Family { name: "attention", source: include_str!("../../kernels/attention.cu") },
     Family { name: "linear", source: include_str!("../../kernels/linear.cu") },
     Family { name: "gemm", source: include_str!("../../kernels/gemm.cu") },
+    Family { name: "gemm90", source: include_str!("../../kernels/gemm90.cu") },
     Family { name: "sample", source: include_str!("../../kernels/sample.cu") },
 ];
 

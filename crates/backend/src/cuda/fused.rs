@@ -32,6 +32,8 @@ use crate::{ActDType, AddNormArgs, LinearPart, RopeArgs, RopeKvArgs, SwigluArgs}
 
 /// Bytes of one slice job's partials per token tile in the grouped kernels' shared memory.
 const JOB_SMEM: u32 = 32 * 4 * 4;
+/// CTAs per row of `rope_kv_store` (each thread owns whole pairs: the split changes no bit).
+const ROPE_KV_PARTS: u32 = 8;
 /// The grouped products serve calls of at most this many rows (decode steps; H200: at 128
 /// rows the separate launches were faster). Larger calls take the unfused launches.
 const FUSED_MAX_ROWS: usize = 64;
@@ -251,5 +253,6 @@ pub(crate) fn rope_kv_store(be: &CudaBackend, a: RopeKvArgs<'_, CudaBackend>) ->
     args.push(batch.ptr(s, batch.at.tables).into());
     let dims = [g.layers as u32, a.layer as u32, g.block_size as u32];
     args.extend(dims.map(KArg::U32));
-    be.launch("rope_kv_store", ops::cfg((rows as u32, 1, 1), 256), &args)
+    // One row's pairs over ROPE_KV_PARTS CTAs: a decode row is latency-bound in one CTA.
+    be.launch("rope_kv_store", ops::cfg((rows as u32, ROPE_KV_PARTS, 1), 256), &args)
 }

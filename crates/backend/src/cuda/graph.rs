@@ -28,10 +28,13 @@
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaFunction, CudaGraph, LaunchConfig, PushKernelArg};
+use std::ffi::c_void;
+use std::ptr::null_mut;
 
-use super::{drv, CudaBackend, KArg};
+use cudarc::driver::sys::{self, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaFunction, CudaGraph, LaunchConfig};
+
+use super::{drv, kernels, CudaBackend, KArg};
 use crate::error::Result;
 
 /// Steps with more rows than this run direct.
@@ -170,7 +173,10 @@ impl Graphs {
 }
 
 impl CudaBackend {
-    /// Issues one launch on the stream now.
+    /// Issues one launch on the stream now: `cuLaunchKernelEx`, with programmatic stream
+    /// serialization when the backend uses it and the kernel waits for its predecessor
+    /// (`kernels::waits_for_pdl`): the kernel may then start while the previous one runs, and
+    /// its `pdl_wait()` holds every access but weight prefetches until that one has finished.
     pub(crate) fn launch_now(
         &self,
         name: &str,
@@ -178,20 +184,45 @@ impl CudaBackend {
         cfg: LaunchConfig,
         args: &[KArg],
     ) -> Result<()> {
-        let mut b = self.stream.launch_builder(f);
-        for a in args {
-            match a {
-                KArg::U64(v) => b.arg(v),
-                KArg::U32(v) => b.arg(v),
-                KArg::I32(v) => b.arg(v),
-                KArg::F32(v) => b.arg(v),
-            };
-        }
+        let mut vals = args.to_vec();
+        let mut params: Vec<*mut c_void> = vals
+            .iter_mut()
+            .map(|a| match a {
+                KArg::U64(v) => v as *mut u64 as *mut c_void,
+                KArg::U32(v) => v as *mut u32 as *mut c_void,
+                KArg::I32(v) => v as *mut i32 as *mut c_void,
+                KArg::F32(v) => v as *mut f32 as *mut c_void,
+            })
+            .collect();
+        // SAFETY: an all-zero launch attribute is a valid value of this plain C union.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let pdl = self.pdl && kernels::waits_for_pdl(name);
+        let config = sys::CUlaunchConfig {
+            gridDimX: cfg.grid_dim.0,
+            gridDimY: cfg.grid_dim.1,
+            gridDimZ: cfg.grid_dim.2,
+            blockDimX: cfg.block_dim.0,
+            blockDimY: cfg.block_dim.1,
+            blockDimZ: cfg.block_dim.2,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: pdl as u32,
+        };
+        self.ctx.bind_to_thread().map_err(drv("binding the context"))?;
         // SAFETY: each op checks every shape, index and buffer size its kernel follows
         // before its launch is issued or recorded, and passes the arguments in the kernel's
-        // declared order with the kernel's types (device pointers as u64). A recorded launch
-        // runs before any buffer it names can be freed: the family drops nothing mid-step.
-        unsafe { b.launch(cfg) }.map(|_| ()).map_err(drv(format!("launching {name}")))
+        // declared order with the kernel's types (device pointers as u64); `params` points
+        // into `vals`, both alive across the call, and the driver copies them at launch. A
+        // recorded launch runs before any buffer it names can be freed: the family drops
+        // nothing mid-step.
+        unsafe {
+            sys::cuLaunchKernelEx(&config, f.cu_function(), params.as_mut_ptr(), null_mut())
+                .result()
+        }
+        .map_err(drv(format!("launching {name}")))
     }
 
     fn run_direct(&self, log: &[Launch]) -> Result<()> {

@@ -12,7 +12,7 @@ use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
-use super::attention::attention_smem;
+use super::attention::{attention_dec_smem, attention_smem};
 use super::compile::{self, Family, FAMILIES};
 use crate::error::{BackendError, Result};
 use crate::KernelInfo;
@@ -127,6 +127,24 @@ pub(crate) const ENTRIES: &[Entry] = &[
         threads: 128,
         dyn_smem: attention_smem(256),
     },
+    Entry {
+        name: "attention_dec_hd64",
+        family: "attention",
+        threads: 128,
+        dyn_smem: attention_dec_smem(64),
+    },
+    Entry {
+        name: "attention_dec_hd96",
+        family: "attention",
+        threads: 128,
+        dyn_smem: attention_dec_smem(96),
+    },
+    Entry {
+        name: "attention_dec_hd128",
+        family: "attention",
+        threads: 128,
+        dyn_smem: attention_dec_smem(128),
+    },
     e("attention_combine", "attention", 128),
     e("argmax_f32", "sample", 1024),
     e("sample_rows", "sample", 1024),
@@ -162,7 +180,22 @@ pub(crate) const ENTRIES: &[Entry] = &[
     },
     tiled_entry(LINEAR_TILED),
     tiled_entry(LINEAR_TILED_R),
+    super::wgmma::wg_entry(super::wgmma::WG_SHAPES[0]),
+    super::wgmma::wg_entry(super::wgmma::WG_SHAPES[1]),
 ];
+
+/// Whether entry point `name` calls `pdl_wait()` (common.cuh) before touching anything but
+/// immutable weights, so it may be launched while its predecessor still runs.
+pub(crate) fn waits_for_pdl(_name: &str) -> bool {
+    true
+}
+
+/// Whether the backend ever launches `en` on `arch`: the `gemm90` family (wgmma) only on
+/// sm_90a; elsewhere it compiles to empty entry points that are never launched, so their
+/// launch shared memory (more than sm_89 has) is neither requested nor checked there.
+fn launched_on(en: &Entry, arch: &str) -> bool {
+    en.family != "gemm90" || arch == "sm_90a"
+}
 
 /// Compiled modules of one device, loaded on first use.
 pub(crate) struct Registry {
@@ -207,7 +240,7 @@ impl Registry {
                 let f = m
                     .load_function(en.name)
                     .map_err(|e| format!("{}.cu: entry point {}: {e}", en.family, en.name))?;
-                if en.dyn_smem > DEFAULT_SMEM {
+                if en.dyn_smem > DEFAULT_SMEM && launched_on(en, &self.arch) {
                     let a = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
                     f.set_attribute(a, en.dyn_smem as i32).map_err(|e| {
                         format!("{}: {} bytes of dynamic shared memory: {e}", en.name, en.dyn_smem)
@@ -261,7 +294,8 @@ impl Registry {
                             at(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
                         let local = at(CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES);
                         info.registers = regs.max(0) as u32;
-                        info.shared_bytes = smem.max(0) as u32 + en.dyn_smem;
+                        let dyn_smem = if launched_on(en, &self.arch) { en.dyn_smem } else { 0 };
+                        info.shared_bytes = smem.max(0) as u32 + dyn_smem;
                         info.max_threads = maxt.max(0) as u32;
                         info.limits = limits(&info, (max_smem, max_regs, max_block), local);
                     }

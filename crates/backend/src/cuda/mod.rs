@@ -24,6 +24,7 @@ pub mod loader;
 mod ops;
 mod sample;
 mod tensor;
+mod wgmma;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -82,6 +83,9 @@ pub struct CudaBackend {
     pub(crate) sample_buf: Mutex<Option<CudaSlice<u64>>>,
     /// Step recording and the graphs of recorded steps (`graph.rs`).
     pub(crate) graphs: Mutex<graph::Graphs>,
+    /// Launch with programmatic stream serialization (sm_90+, `TENSORFOLD_PDL=0` turns it
+    /// off): a kernel may start while the previous one finishes (`graph.rs` `launch_now`).
+    pub(crate) pdl: bool,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -139,6 +143,7 @@ impl CudaBackend {
             graphs: Mutex::new(graph::Graphs::new(
                 std::env::var("TENSORFOLD_CUDA_GRAPHS").is_ok_and(|v| v == "0"),
             )),
+            pdl: cc.0 >= 9 && std::env::var("TENSORFOLD_PDL").map_or(true, |v| v != "0"),
         })
     }
 

@@ -78,3 +78,23 @@ pub fn per_call(g: &CudaBackend, iters: usize, mut f: impl FnMut()) -> f64 {
     g.synchronize().unwrap();
     t.elapsed().as_secs_f64() / iters as f64
 }
+
+/// (features, K, with bias) of the GEMM kernels' bitwise tests: every llama3-8b and
+/// SmolLM2-135M product shape, plus K not a multiple of the 64-k tile (72, 1000, 4104) and an
+/// empty trailing K slice (1024 x 4104: 16 slices of 288).
+#[allow(dead_code)]
+pub const GEMM_CASE_SHAPES: [(usize, usize, bool); 13] = [
+    (4096, 4096, false),
+    (1024, 4096, false),
+    (6144, 4096, false),
+    (14336, 4096, false),
+    (4096, 14336, false),
+    (576, 576, true),
+    (192, 576, false),
+    (1536, 576, false),
+    (576, 1536, false),
+    (49152, 576, false),
+    (200, 72, true),
+    (136, 1000, true),
+    (1024, 4104, false),
+];

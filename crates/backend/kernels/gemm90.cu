@@ -1,0 +1,286 @@
+// linear_bf16_wg: the prefill linear product on Hopper's warpgroup tensor-core instruction
+// (wgmma.mma_async, sm_90a only), the same arithmetic per element as linear_bf16 in linear.cu
+// (read that file's header first: the K mapping and slice order defined there are what this
+// kernel reproduces bit for bit).
+//
+// Why the bits can be equal: a wgmma m64nNk16 step gives the accumulator bits of an mma.sync
+// m16n8k16 step fed the same 16 products from the same starting value (tests/cuda_wgmma.rs,
+// H200, 2026-11-30: 0 of 64 x N elements differ for N = 8/64/128/256 after 256 chained steps,
+// from +0 and from non-zero starts, on spread, wide-exponent, subnormal-product and cancelling
+// data; feeding other 16-element sets differs in ~90% of the elements). The order of the 16
+// products inside a step made no difference in that probe; which 16 share a step does. So
+// each mma.sync of linear_bf16's chain becomes one wgmma k16 step over the same set: in the
+// super-step at k0 the first mma takes {k0 + 8c + 0..3 : c = 0..3}, the second
+// {k0 + 8c + 4..7}. The copy into shared memory regroups each 32-k super-step accordingly:
+// 8-byte unit (c, half) of the 64-byte super-step (k0 + 8c + 4 half .. + 3) goes to logical
+// k position 16 half + 4c, so wgmma step 2h + half of a 64-k tile reads exactly one set
+// (its positions in the order c = 0..3: the order the probe showed irrelevant; linear_bf16's
+// own register order would need 4-byte copies).
+//
+// Per element, as linear_bf16 and linear_bf16_tiled (gemm.cu): super-steps of 32 k from k = 0;
+// k >= K reads zeros (cp.async src-size 0; K and slice ends are multiples of 8, so a unit of 4
+// is all in or all out) and super-steps wholly past K are not run; the accumulator restarts
+// from +0 at each slice start s * slice_len; at a slice end `tot = acc` (first slice) or
+// `tot += acc`; each empty trailing slice adds +0.0; then the bias, then one rounding.
+//
+// Launch: a CTA of WGS warpgroups computes 64 WGS features x BN tokens; warpgroup i owns
+// features 64i .. 64i + 63 and every token (one wgmma m64nBNk16 per k16 step, accumulator
+// and running total in registers: 2 x BN / 2 floats a thread). Tiles of 64 k (128-byte rows,
+// the 128-byte swizzle wgmma reads) are filled by 8-byte cp.async from every thread, STAGES
+// buffers, STAGES - 2 tiles ahead, so a warpgroup's wgmma group of the previous tile may still
+// run while the next is issued (wgmma.wait_group 1 before each barrier).
+//
+// H200, 2026-11-30, TFLOP/s at 2,048 / 8,192 rows (tests/cuda_wgmma.rs `wg_linear_speed`;
+// linear_bf16_tiled in the same run; cuBLAS reaches 610-809 on these shapes):
+//   linear_bf16_wg (2 warpgroups, 128 x 128, 5 stages): 4096x4096 310/317 (tiled 233/233),
+//   1024x4096 284/296 (143/215; tiled_r 185/190), 6144x4096 312/315 (236/235), 14336x4096
+//   324/331 (247/247), 4096x14336 355/355 (267/265);
+//   linear_bf16_wg_m192 (3 warpgroups, 192 x 128, 4 stages): 289/318, 202/273, 324/327,
+//   315/339, 321/349.
+// Measured and dropped (all bit-equal to linear_bf16 on the GPU): 128 x 192 tiles of 2
+// warpgroups (254 registers; 200-329 at 2,048 rows); issuing the next tile's copies after the
+// tile's wgmmas instead of before (284-324: -6 to -10%); on that loop, tiles through
+// registers (16-byte loads, 8-byte shared stores: -14 to -18% more) and one-warpgroup CTAs of
+// 64 x 128, two an SM (-9 to -13% more).
+// Not yet known what bounds it (no profiler run). Not tried: a producer warp with mbarriers
+// instead of the CTA barrier each tile, 2-CTA clusters sharing tiles by multicast.
+//
+// Everything in this file compiles to nothing below sm_90a (the host never picks it there).
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WG_ENABLED 1
+#else
+#define WG_ENABLED 0
+#endif
+
+#if WG_ENABLED
+// Byte offset of logical 16-byte chunk j of row r in a [rows][64 bf16] tile stored with the
+// 128-byte swizzle (the tile 1024-byte aligned): chunk j of row r lives at chunk j ^ (r % 8).
+__device__ __forceinline__ u32 wg_sw(u32 r, u32 j) { return r * 128 + ((j ^ (r & 7)) << 4); }
+
+// Shared-memory matrix descriptor of a K-major operand with the 128-byte swizzle: start
+// address, leading byte offset 16 (unused by this layout), stride byte offset 1024 (8 rows of
+// 128 bytes), swizzle mode 1 (128 B).
+__device__ __forceinline__ u64 wg_desc(u32 saddr) {
+    return (u64)((saddr & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) |
+           ((u64)1 << 62);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Makes this thread's generic-proxy writes to shared memory (st.shared, cp.async) visible to
+// the async proxy that wgmma reads through.
+__device__ __forceinline__ void wg_proxy_fence() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// wgmma m64nNk16, bf16 x bf16 -> f32, A and B from shared memory (descriptors), D += A B^T.
+// (Generated text: the operand lists only differ in length.)
+__device__ __forceinline__ void wgmma_n128(float* d, u64 da, u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(1));
+}
+
+
+// 8-byte async copy into shared memory; `pred` false writes zeros (src-size 0).
+__device__ __forceinline__ void wg_cp8(u32 dst, const void* src, bool pred) {
+    const int n = pred ? 8 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(n)
+                 : "memory");
+}
+
+template <int BN>
+__device__ __forceinline__ void wg_mma(float* acc, u64 da, u64 db) {
+    static_assert(BN == 128, "BN is 128 (the configurations kept; wider ones were slower)");
+    wgmma_n128(acc, da, db);
+}
+
+// Launch shape and shared memory of one configuration.
+template <int WGS, int BN, int STAGES>
+struct WgCfg {
+    static constexpr u32 BM = 64 * WGS;               // features per CTA
+    static constexpr u32 THREADS = 128 * WGS;
+    static constexpr u32 A_BYTES = BM * 128;          // a stage's weight tile (64 k a row)
+    static constexpr u32 STAGE = (BM + BN) * 128;     // a multiple of 1024 (swizzle atoms)
+    static constexpr u32 SMEM = STAGES * STAGE + 1024;  // + slack to align the base to 1024
+    static constexpr u32 RS = THREADS / 16;           // rows between a thread's copies
+    static constexpr u32 ALOADS = (BM + RS - 1) / RS;
+    static constexpr u32 BLOADS = (BN + RS - 1) / RS;
+    static constexpr u32 ACC = BN / 2;                // accumulators a thread
+    static_assert(RS % 8 == 0, "a thread's rows share their swizzle phase");
+    static_assert(STAGES >= 3, "two tiles in use while the next loads");
+};
+
+// The CTA's (feature tile, token tile) from a 1-D grid: WG_GROUP feature tiles at a time, the
+// token tile advancing after each group's feature tiles (L2 reuse; no element's arithmetic).
+#define WG_GROUP 8
+__device__ __forceinline__ void wg_tile(u32 n, u32 rows, u32 tm, u32 tn, u32& fi, u32& ti) {
+    tile_raster(n, rows, tm, tn, WG_GROUP, fi, ti);
+}
+
+// A slice ends: tot = acc (the first slice) or tot += acc, and acc restarts from +0.
+template <int ACC>
+__device__ __forceinline__ void wg_fold(float* acc, float* tot, bool first) {
+#pragma unroll
+    for (int i = 0; i < ACC; i++) {
+        tot[i] = first ? acc[i] : tot[i] + acc[i];
+        acc[i] = 0.0f;
+    }
+}
+
+// grid: ceil(n / BM) * ceil(rows / BN) CTAs (1-D); block: THREADS; dynamic shared memory
+// WgCfg::SMEM. Arguments as linear_bf16_tiled.
+template <int WGS, int BN, int STAGES>
+__device__ __forceinline__ void wg_body(const bf16* __restrict__ w, const bf16* __restrict__ x,
+                                        const u32* __restrict__ row_idx,
+                                        const float* __restrict__ bias, void* out, int out_mode,
+                                        u32 n, u32 k, u32 rows, u32 slice_len, u32 slices) {
+    typedef WgCfg<WGS, BN, STAGES> C;
+    extern __shared__ unsigned char wg_raw[];
+    const u32 raw = (u32)__cvta_generic_to_shared(wg_raw);
+    const u32 sbase = (raw + 1023) & ~1023u;
+    const u32 tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    const u32 g = lane >> 2, c = lane & 3;
+    u32 fi, ti;
+    wg_tile(n, rows, C::BM, BN, fi, ti);
+    const u32 n0 = fi * C::BM, t0 = ti * BN;
+
+    // Loader: thread copies 8-byte unit u (k 4u .. 4u + 3 of the tile) of rows r0 + RS i.
+    // Unit u = 8h + 2cc + half of super-step h goes to logical k 32h + 16 half + 4cc.
+    const u32 u = tid & 15, r0 = tid >> 4;
+    const u32 h = u >> 3, cc = (u >> 1) & 3, half = u & 1;
+    const u32 chunk = 4 * h + 2 * half + (cc >> 1);
+    const u32 doff = r0 * 128 + ((chunk ^ (r0 & 7)) << 4) + (cc & 1) * 8;
+    const bf16* wa = w + (u64)(n0 + r0) * k + 4 * u;
+    u32 bsrc[C::BLOADS];  // each token copy's source row, ~0 for padding
+#pragma unroll
+    for (int i = 0; i < (int)C::BLOADS; i++) {
+        const u32 rr = r0 + C::RS * i, t = t0 + rr;
+        bsrc[i] = (rr < BN && t < rows) ? (row_idx ? row_idx[t] : t) : ~0u;
+    }
+    const u32 ktiles = (k + 63) / 64;
+    auto load_tile = [&](u32 kt, u32 stage) {
+        const u32 st = sbase + stage * C::STAGE + doff;
+        const bool kin = kt * 64 + 4 * u < k;
+#pragma unroll
+        for (int i = 0; i < (int)C::ALOADS; i++) {
+            const u32 rr = r0 + C::RS * i;
+            if (C::BM % C::RS != 0 && rr >= C::BM) break;
+            const bool p = kin && n0 + rr < n;
+            const void* src = p ? (const void*)(wa + (u64)(C::RS * i) * k + kt * 64) : (const void*)w;
+            wg_cp8(st + C::RS * i * 128, src, p);
+        }
+#pragma unroll
+        for (int i = 0; i < (int)C::BLOADS; i++) {
+            const u32 rr = r0 + C::RS * i;
+            if (BN % C::RS != 0 && rr >= BN) break;
+            const bool p = kin && bsrc[i] != ~0u;
+            const void* src =
+                p ? (const void*)(x + (u64)bsrc[i] * k + kt * 64 + 4 * u) : (const void*)x;
+            wg_cp8(st + C::A_BYTES + C::RS * i * 128, src, p);
+        }
+    };
+
+    float acc[C::ACC], tot[C::ACC];
+#pragma unroll
+    for (int i = 0; i < (int)C::ACC; i++) acc[i] = tot[i] = 0.0f;
+    bool first = true;
+    u32 next_end = slice_len;  // k where the current slice ends (a multiple of 32)
+    constexpr u32 D = STAGES - 2;  // tiles loaded ahead
+
+#pragma unroll
+    for (u32 s = 0; s < D; s++) {
+        if (s < ktiles) load_tile(s, s);
+        cp_async_commit();
+    }
+    for (u32 kt = 0; kt < ktiles; kt++) {
+        wg_wait<1>();         // this warpgroup's wgmmas of tile kt - 2 are done
+        cp_async_wait<D - 1>();  // this thread's copies of tile kt have landed
+        wg_proxy_fence();     // ... and are visible to wgmma's (async) proxy
+        __syncthreads();      // everyone's: tile kt in place, stage of tile kt - 2 free
+        if (kt + D < ktiles) load_tile(kt + D, (kt + D) % STAGES);
+        cp_async_commit();
+        const u32 st = sbase + (kt % STAGES) * C::STAGE;
+        const u32 sa = st + wg * 64 * 128, sb = st + C::A_BYTES;
+#pragma unroll
+        for (u32 hh = 0; hh < 2; hh++) {
+            const u32 k0 = kt * 64 + 32 * hh;
+            if (k0 >= k) break;
+            wg_fence();
+            wg_mma<BN>(acc, wg_desc(sa + 64 * hh), wg_desc(sb + 64 * hh));
+            wg_mma<BN>(acc, wg_desc(sa + 64 * hh + 32), wg_desc(sb + 64 * hh + 32));
+            if (k0 + 32 == next_end || k0 + 32 >= k) {  // a slice ends: fold its partial in
+                wg_commit();
+                wg_wait<0>();
+                wg_fold<C::ACC>(acc, tot, first);
+                first = false;
+                next_end += slice_len;
+            }
+        }
+        wg_commit();
+    }
+    wg_wait<0>();
+    cp_async_wait<0>();
+    // Empty trailing slices: linear_bf16 adds their +0.0 partials (turns a -0.0 into +0.0).
+    const u32 used = slice_len ? (k + slice_len - 1) / slice_len : 0;
+    const u32 empty = slices > used ? slices - used : 0;
+#pragma unroll
+    for (int i = 0; i < (int)BN / 8; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const u32 f = n0 + 64 * wg + 16 * warp + g + (j >= 2 ? 8 : 0);
+            const u32 tok = t0 + 8 * i + 2 * c + (j & 1);
+            if (f >= n || tok >= rows) continue;
+            float total = tot[4 * i + j];
+            for (u32 s = 0; s < empty; s++) total += 0.0f;
+            if (bias) total += bias[f];
+            const u64 at = (u64)tok * n + f;
+            if (out_mode == 0) ((bf16*)out)[at] = f2bf(total);
+            else if (out_mode == 1) ((float*)out)[at] = total;
+            else ((float*)out)[at] = rbf(total);
+        }
+}
+#endif  // WG_ENABLED
+
+#if WG_ENABLED
+#define WG_CALL(WGS, BN, STAGES) \
+    wg_body<WGS, BN, STAGES>(w, x, row_idx, bias, out, out_mode, n, k, rows, slice_len, slices);
+#else
+#define WG_CALL(WGS, BN, STAGES)
+#endif
+#define WG_ENTRY(NAME, WGS, BN, STAGES)                                                        \
+    extern "C" __global__ void __launch_bounds__(128 * WGS, 1) NAME(                           \
+        const bf16* __restrict__ w, const bf16* __restrict__ x, const u32* __restrict__ row_idx, \
+        const float* __restrict__ bias, void* out, int out_mode, u32 n, u32 k, u32 rows,       \
+        u32 slice_len, u32 slices) {                                                           \
+        pdl_wait();                                                                            \
+        pdl_launch();                                                                          \
+        WG_CALL(WGS, BN, STAGES)                                                               \
+    }
+
+// Configurations (the host's shapes in cuda/wgmma.rs mirror them; one CTA an SM).
+// 128 features x 128 tokens, 2 warpgroups, 5 stages (161 KiB).
+WG_ENTRY(linear_bf16_wg, 2, 128, 5)
+// 192 x 128, 3 warpgroups, 4 stages (161 KiB; 168 registers, the most 384 threads allow).
+WG_ENTRY(linear_bf16_wg_m192, 3, 128, 4)

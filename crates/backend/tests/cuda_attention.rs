@@ -1,0 +1,174 @@
+//! Decode attention on the CUDA backend: the decode CTAs (`attention_dec_hd*`, split mode)
+//! give the bits of the same rows inside one long prefill call (one CTA walking every split),
+//! and what one decode attention call costs per layer inside a CUDA graph.
+//!
+//! Every test needs an NVIDIA GPU and is ignored elsewhere; on the GPU machine:
+//! `cargo test --release -p tf-backend --test cuda_attention -- --ignored --nocapture`.
+//! `TENSORFOLD_DECODE_ATTN=0` runs split mode on the general kernel instead (the kernel before
+//! the decode entries): the A/B baseline of the timing; the bitwise test must pass either way.
+
+mod common;
+
+use common::cuda::*;
+use common::*;
+use tf_backend::batch::{BatchMeta, KvGeometry, SeqMeta};
+use tf_backend::cuda::{CudaBackend, CudaKv, CudaTensor};
+use tf_backend::{ActDType, AttnArgs, Backend};
+
+/// One sequence of `len` random positions stored at `layer` of a pool with scrambled blocks.
+struct Seq {
+    heads: usize,
+    kvh: usize,
+    hd: usize,
+    table: Vec<u32>,
+    /// q rows `(len, heads * hd)`.
+    q: Vec<u16>,
+}
+
+fn pool(g: &CudaBackend, layers: usize, kvh: usize, hd: usize, len: usize) -> CudaKv {
+    let geom = KvGeometry {
+        layers,
+        kv_heads: kvh,
+        head_dim: hd,
+        block_size: 16,
+        num_blocks: len / 16 + 8,
+    };
+    g.alloc_kv(&geom).unwrap()
+}
+
+fn seq(
+    g: &CudaBackend,
+    kv: &mut CudaKv,
+    rng: &mut Rng,
+    shape: (usize, usize, usize),
+    len: usize,
+) -> Seq {
+    let (heads, kvh, hd) = shape;
+    let nb = len.div_ceil(16);
+    let mut blocks: Vec<u32> = (0..nb as u32 + 5).collect();
+    for i in (1..blocks.len()).rev() {
+        blocks.swap(i, rng.below(i + 1));
+    }
+    let table = blocks[..nb].to_vec();
+    let (kb, _) = random_bf16(rng, len * kvh * hd, 1.0);
+    let (vb, _) = random_bf16(rng, len * kvh * hd, 1.0);
+    // q scaled up so the softmax is peaked (large score ranges stress the rescale chains).
+    let (q, _) = random_bf16(rng, len * heads * hd, 3.0);
+    let meta = one_seq(0, len, &table);
+    let b = g.prepare_batch(&meta).unwrap();
+    let (k, v) = (up(g, len, kvh * hd, &kb), up(g, len, kvh * hd, &vb));
+    for layer in 0..2 {
+        g.kv_store(kv, layer, &k, &v, &b).unwrap();
+    }
+    Seq { heads, kvh, hd, table, q }
+}
+
+fn one_seq(start: usize, end: usize, table: &[u32]) -> BatchMeta {
+    batch(
+        (start as u32..end as u32).collect(),
+        vec![0; end - start],
+        vec![SeqMeta { block_table: table.to_vec() }],
+        16,
+    )
+}
+
+fn args<'a>(
+    s: &Seq,
+    kv: &'a CudaKv,
+    q: &'a CudaTensor,
+    b: &'a tf_backend::cuda::CudaBatch,
+    layer: usize,
+    out: &'a mut CudaTensor,
+) -> AttnArgs<'a, CudaBackend> {
+    AttnArgs {
+        q,
+        kv,
+        layer,
+        batch: b,
+        heads: s.heads,
+        kv_heads: s.kvh,
+        head_dim: s.hd,
+        scale: 1.0 / (s.hd as f32).sqrt(),
+        out,
+    }
+}
+
+/// Attention of rows `start..end` of `s` at layer 1, as one call.
+fn run(g: &CudaBackend, kv: &CudaKv, s: &Seq, start: usize, end: usize) -> Vec<f32> {
+    let (n, qw) = (end - start, s.heads * s.hd);
+    let b = g.prepare_batch(&one_seq(start, end, &s.table)).unwrap();
+    let q = up(g, n, qw, &s.q[start * qw..end * qw]);
+    let mut out = g.alloc(ActDType::Bf16, n, qw).unwrap();
+    g.attention(args(s, kv, &q, &b, 1, &mut out)).unwrap();
+    g.read_f32(&out, n).unwrap()
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the GPU machine"]
+fn decode_rows_equal_the_same_rows_of_a_prefill_call_bitwise() {
+    let g = gpu();
+    let mut rng = Rng::new(11);
+    // (heads, kv heads, head_dim): llama3-8b, smollm2, G = 8, G = 1, head_dim 96 and 256.
+    let shapes = [(32, 8, 128), (9, 3, 64), (32, 4, 128), (8, 8, 128), (12, 4, 96), (8, 2, 256)];
+    let len = 1100;
+    for shape in shapes {
+        let mut kv = pool(&g, 2, shape.1, shape.2, len);
+        let s = seq(&g, &mut kv, &mut rng, shape, len);
+        let full = run(&g, &kv, &s, 0, len);
+        let qw = s.heads * s.hd;
+        let mut calls = 0;
+        let mut bad = Vec::new();
+        // Single rows around tile and split edges, and short chunks (row tiles of 2..5 rows).
+        let mut ends: Vec<(usize, usize)> = [0usize, 1, 63, 64, 255, 256, 257, 383, 511, 512, 1099]
+            .iter()
+            .map(|&p| (p, p + 1))
+            .collect();
+        ends.extend([(254, 258), (380, 383), (600, 605), (1096, 1100), (0, 3)]);
+        for (a, e) in ends {
+            calls += 1;
+            if bits(&run(&g, &kv, &s, a, e)) != bits(&full[a * qw..e * qw]) {
+                bad.push((a, e));
+            }
+        }
+        println!("{shape:?}: {calls} decode calls, differing from the {len}-row call: {bad:?}");
+        assert!(bad.is_empty(), "{shape:?}: decode rows differ from prefill rows: {bad:?}");
+    }
+}
+
+/// Microseconds per decode attention call (llama3-8b: 32/8 heads of 128, one row), as the
+/// marginal cost of 32 more calls in a replayed CUDA graph (attention + combine). Prints only.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the GPU machine"]
+fn decode_attention_time_per_layer() {
+    let g = gpu();
+    let mut rng = Rng::new(12);
+    let shape = (32, 8, 128);
+    let len = 4096;
+    // 32 layers (two written; the rest hold whatever the allocation left): a graph of 32
+    // calls reads 32 different layers, so the KV is not simply L2-resident.
+    let mut kv = pool(&g, 32, shape.1, shape.2, len);
+    let s = seq(&g, &mut kv, &mut rng, shape, len);
+    let qw = s.heads * s.hd;
+    let q = up(&g, 1, qw, &s.q[..qw]);
+    let mut out = g.alloc(ActDType::Bf16, 1, qw).unwrap();
+    let env = std::env::var("TENSORFOLD_DECODE_ATTN").unwrap_or_default();
+    for positions in [128usize, 384, 1024, 4096] {
+        let meta = one_seq(positions - 1, positions, &s.table);
+        let mut time = |calls: usize| {
+            per_call(&g, 200, || {
+                let b = g.prepare_batch(&meta).unwrap();
+                g.step_begin(&b).unwrap();
+                for i in 0..calls {
+                    g.attention(args(&s, &kv, &q, &b, i % 32, &mut out)).unwrap();
+                }
+                g.step_end().unwrap();
+            })
+        };
+        let (t32, t64) = (time(32), time(64));
+        println!(
+            "decode attention, 1 row at {positions} positions (TENSORFOLD_DECODE_ATTN={env:?}): {:.2} us a call ({:.1} us for 32 calls in a graph)",
+            (t64 - t32) / 32.0 * 1e6,
+            t32 * 1e6
+        );
+    }
+}
