@@ -6,7 +6,7 @@
 #   .gpu/torch_peer.py     ../shared/peers/torch_peer.py
 #   .whl/                  openai and its pure-Python deps (cp312 wheels), for bench_concurrent
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
-#        bench peer serve conc big summary
+#        bench ab peer serve conc big summary
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written under $OUT (when set) as <stage>.log.
@@ -79,6 +79,18 @@ stage_big() {
     --tokenizer-from .gpu/tok --shard-dir /dev/shm/n33 --shard-dir $W/n33s
   python3 tools/gpu/yardsticks.py --ckpt $W/n33 --tokens 2048
   $B bench -m $W/n33 --device cuda --pp 128 --tg 128 --reps 2
+}
+# What each of this session's speed switches is worth, same binary and call: decode and
+# prefill with one of them off (TENSORFOLD_PDL=0: serialized launches; TENSORFOLD_WGMMA=0:
+# the mma.sync prefill tiles; TENSORFOLD_DECODE_ATTN=0: the general attention kernel for decode).
+stage_ab() {
+  for env in TENSORFOLD_PDL=0 TENSORFOLD_DECODE_ATTN=0; do
+    echo "-- $env"; env $env $B bench -m $W/l8b --device cuda --pp 128 --tg 256 --reps 2
+  done
+  echo "-- TENSORFOLD_WGMMA=0"
+  for pp in 2048 8192; do TENSORFOLD_WGMMA=0 $B bench -m $W/l8b --device cuda --pp $pp --tg 0 --reps 1; done
+  echo "-- TENSORFOLD_PDL=0 (prefill)"
+  for pp in 2048 32768; do TENSORFOLD_PDL=0 $B bench -m $W/l8b --device cuda --pp $pp --tg 0 --reps 1; done
 }
 stage_summary() { python3 tools/gpu/summary.py "$OUTD"; }
 stage_serve() {
