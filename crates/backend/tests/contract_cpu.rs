@@ -248,7 +248,8 @@ impl Backend for Faulty {
         add.limits = Err("launches 2048 threads, the kernel allows 1024".into());
         let mut all = vec![norm, add, kernel("argmax", "sampler")];
         all.extend(
-            ["embed", "linear", "gemm", "rope", "kv", "attention", "sample"].map(|f| kernel(f, f)),
+            ["embed", "linear", "gemm", "gemm90", "rope", "kv", "attention", "sample"]
+                .map(|f| kernel(f, f)),
         );
         Ok(all)
     }
