@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Registers, stack and shared memory of every entry point of a kernel family, from ptxas,
+without a GPU: compiles crates/backend/kernels/<family>.cu (common.cuh prepended, as the
+backend does) with NVRTC from the pip wheel that scripts/nvrtc-wheels.sh installs.
+
+usage: tools/kernel_regs.py linear.cu [sm_90a]
+The figures are the compiler's; occupancy and speed still need the GPU machine.
+"""
+import ctypes
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CACHE = os.environ.get("TENSORFOLD_CACHE", os.path.join(ROOT, ".cache"))
+LIB_DIR = os.path.join(CACHE, "nvrtc/nvidia/cu13/lib")
+
+
+def main() -> int:
+    if len(sys.argv) < 2:
+        print(__doc__)
+        return 2
+    lib_path = os.path.join(LIB_DIR, "libnvrtc.so.13")
+    if not os.path.exists(lib_path):
+        print(f"no {lib_path}: run scripts/nvrtc-wheels.sh", file=sys.stderr)
+        return 1
+    # libnvrtc loads its builtins library by name: preload it from the same directory.
+    for name in sorted(os.listdir(LIB_DIR)):
+        if name.startswith("libnvrtc-builtins.so"):
+            ctypes.CDLL(os.path.join(LIB_DIR, name), mode=ctypes.RTLD_GLOBAL)
+            break
+    lib = ctypes.CDLL(lib_path)
+    kernels = os.path.join(ROOT, "crates/backend/kernels")
+    with open(os.path.join(kernels, "common.cuh")) as f, open(os.path.join(kernels, sys.argv[1])) as g:
+        src = f.read() + "\n" + g.read()
+    arch = sys.argv[2] if len(sys.argv) > 2 else "sm_90a"
+    prog = ctypes.c_void_p()
+    if lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"k.cu", 0, None, None) != 0:
+        print("nvrtcCreateProgram failed", file=sys.stderr)
+        return 1
+    opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"-Xptxas=-v"]
+    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(prog, log)
+    entry = None
+    for line in log.value.decode().splitlines():
+        if "Compiling entry function" in line:
+            entry = line.split("'")[1]
+        elif "Used" in line and entry:
+            print(f"{entry:36s} {line.split(':', 1)[1].strip()}")
+        elif "error" in line.lower():
+            print(line)
+    return 0 if rc == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
