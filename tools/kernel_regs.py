@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Registers, stack and shared memory of every entry point of a kernel family, from ptxas,
-without a GPU: compiles crates/backend/kernels/<family>.cu (common.cuh prepended, as the
-backend does) with NVRTC from the pip wheel that scripts/nvrtc-wheels.sh installs.
+without a GPU: compiles the family's files under crates/backend/kernels (common.cuh
+prepended, as the backend does; a family of two files, e.g. attention.cu attention_dec.cu,
+names both in order) with NVRTC from the pip wheel that scripts/nvrtc-wheels.sh installs.
 
-usage: tools/kernel_regs.py linear.cu [sm_90a]
+usage: tools/kernel_regs.py linear.cu [more.cu ...] [sm_90a]
 The figures are the compiler's; occupancy and speed still need the GPU machine.
 """
 import ctypes
@@ -30,9 +31,14 @@ def main() -> int:
             break
     lib = ctypes.CDLL(lib_path)
     kernels = os.path.join(ROOT, "crates/backend/kernels")
-    with open(os.path.join(kernels, "common.cuh")) as f, open(os.path.join(kernels, sys.argv[1])) as g:
-        src = f.read() + "\n" + g.read()
-    arch = sys.argv[2] if len(sys.argv) > 2 else "sm_90a"
+    files = [a for a in sys.argv[1:] if a.endswith(".cu")]
+    archs = [a for a in sys.argv[1:] if not a.endswith(".cu")]
+    with open(os.path.join(kernels, "common.cuh")) as f:
+        src = f.read() + "\n"
+    for name in files:
+        with open(os.path.join(kernels, name)) as f:
+            src += f.read()
+    arch = archs[0] if archs else "sm_90a"
     prog = ctypes.c_void_p()
     if lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"k.cu", 0, None, None) != 0:
         print("nvrtcCreateProgram failed", file=sys.stderr)

@@ -18,7 +18,7 @@ use cudarc::nvrtc::{result as nvrtc, sys};
 /// The prelude every family is compiled with.
 pub const COMMON: &str = include_str!("../../kernels/common.cuh");
 
-/// One op family: its name (the file stem) and source.
+/// One op family: its name (the stem of its file, or of its first file) and source.
 #[derive(Clone, Copy, Debug)]
 pub struct Family {
     pub name: &'static str,
@@ -32,7 +32,14 @@ pub const FAMILIES: &[Family] = &[
     Family { name: "rope", source: include_str!("../../kernels/rope.cu") },
     Family { name: "elementwise", source: include_str!("../../kernels/elementwise.cu") },
     Family { name: "kv", source: include_str!("../../kernels/kv.cu") },
-    Family { name: "attention", source: include_str!("../../kernels/attention.cu") },
+    // One unit from two files (the general CTA; the decode CTA and the entry points).
+    Family {
+        name: "attention",
+        source: concat!(
+            include_str!("../../kernels/attention.cu"),
+            include_str!("../../kernels/attention_dec.cu")
+        ),
+    },
     Family { name: "linear", source: include_str!("../../kernels/linear.cu") },
     Family { name: "gemm", source: include_str!("../../kernels/gemm.cu") },
     Family { name: "gemm90", source: include_str!("../../kernels/gemm90.cu") },

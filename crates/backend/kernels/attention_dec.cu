@@ -1,0 +1,303 @@
+// Attention, part 2 (compiled as one unit after attention.cu, which holds the definition, the
+// shared helpers and the general CTA `attend`): the decode CTA `attend_dec`, every entry
+// point of the family and `attention_combine`.
+
+// Decode CTAs (split mode, one split, a row tile of at most 16 M-rows: every decode row with
+// G <= 16): the same arithmetic as attend() for warp 0's M-rows, spread over the 4 warps.
+// QK and the softmax of KV tile t0 + w run in warp w (its scores, tile max, weights and their
+// row sums exactly as attend() computes them for that tile); the running max, the rescale
+// factors alpha and l are the same sequential chains over the split's tiles (a few scalars,
+// recomputed by every thread that needs them); P V keeps each output element's mma chain
+// (tiles, then 16-position steps, then pieces b0, b1, b2, from +0 and rescaled by alpha at
+// each tile) but warp w runs it for the 8-wide dim blocks 2w, 2w + 1, 2w + 8, 2w + 9 (HD 128)
+// only, reading the weights' bf16 pieces that the softmax warps left in shared memory.
+// Per element every operation and operand is attend()'s, so the bits are the same; only
+// which warp issues it changes. Shared memory: DT tiles of K, then (after QK) the same
+// buffers hold V; q (16 rows); the weight pieces in mma A-fragment order; tile maxima, sums.
+#define DT (SPLIT / TK)
+#define DROWS 16
+
+template <int HD>
+__host__ __device__ constexpr u32 dec_smem() {
+    return (DT * TK + DROWS) * (HD + 8) * 2 + DT * (TK / 16) * 3 * 4 * 32 * 4 + DT * DROWS * 2 * 4;
+}
+
+// Asks L2 for V rows [t0 TK, min(t1 TK, n)) of the tile's sequence (a hint; sm_90+).
+template <int HD>
+__device__ __forceinline__ void prefetch_v(const bf16* pool, const u32* table, u32 t0, u32 t1,
+                                           u32 n, u64 base, u64 vofs, u32 bs) {
+    const u32 end = min(t1 * TK, n);
+    for (u32 j = t0 * TK + threadIdx.x; j < end; j += 32 * WARPS) {
+        if (j % bs != 0 && j != t0 * TK) continue;  // j starts a contiguous run of one block
+        const u32 run = min(bs - j % bs, end - j);
+        const bf16* src = pool + (u64)table[j / bs] * base + vofs + (u64)(j % bs) * HD;
+        prefetch_l2(src, run * HD * 2);
+    }
+}
+
+template <int HD>
+__device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0) {
+    constexpr int NB = TK / 8;
+    constexpr int LD = HD + 8;
+    constexpr int NP = HD / 16;  // 16-wide dim pairs of the output
+    constexpr int PF = (TK / 16) * 3 * 4 * 32;  // weight-piece words per tile
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16* kv = (bf16*)smem_raw;   // DT tiles x TK rows x LD: K, then V
+    bf16* qs = kv + DT * TK * LD;  // DROWS x LD
+    u32* pf = (u32*)(qs + DROWS * LD);  // [tile][kk][piece][reg][lane]
+    float* tmx = (float*)(pf + DT * PF);  // [tile][M-row]
+    float* tsm = tmx + DT * DROWS;        // [tile][M-row]
+    const u32 G = A.heads / A.kvh;
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const u32* table = A.tables + A.row_table[tile.b];
+    const u64 plane = (u64)A.kvh * A.bs * HD;
+    const u64 base = (u64)A.layers * 2 * plane, gofs = (u64)A.layer * 2 * plane + (u64)g * A.bs * HD;
+    const u32 t0 = z0 * DT, t1 = min(t0 + DT, (tile.n + TK - 1) / TK), nt = t1 - t0;
+    for (u32 t = t0; t < t1; t++) load_kv<HD>(kv + (t - t0) * TK * LD, A.pool, table, t, tile.n, base, gofs, A.bs);
+    cp_commit();
+    prefetch_v<HD>(A.pool, table, t0, t1, tile.n, base, gofs + plane, A.bs);
+    for (u32 i = threadIdx.x; i < DROWS * (HD / 8); i += 32 * WARPS) {
+        const u32 mr = i / (HD / 8), c = i % (HD / 8);
+        const u32 ri = mr / G;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (ri < tile.nr)
+            v = *(const uint4*)(A.q + ((u64)(tile.b + ri) * A.heads + g * G + mr % G) * HD + c * 8);
+        *(uint4*)(qs + mr * LD + c * 8) = v;
+    }
+    int prow[2];
+    for (int k = 0; k < 2; k++) {
+        const u32 mr = lane / 4 + 8 * k, ri = mr / G;
+        prow[k] = ri < tile.nr ? (int)A.positions[tile.b + ri] : -1;
+    }
+    const float NEG = -__int_as_float(0x7f800000);
+    cp_wait0();
+    __syncthreads();
+    // Scores of tile t0 + warp, masked and scaled; the tile maxima to shared memory.
+    float s[NB][4];
+    const u32 t = t0 + warp;
+    if (warp < nt) {
+        const bf16* ks = kv + warp * TK * LD;
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+#pragma unroll
+        for (int k0 = 0; k0 < HD; k0 += 32) {
+            u32 qa[4], qb[4];
+            const bf16* qrow = qs + ((lane % 8) + ((lane / 8) % 2) * 8) * LD + k0 + (lane / 16) * 8;
+            ldsm_x4(qa, qrow);
+            ldsm_x4(qb, qrow + 16);
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++) {
+                u32 kb[4];
+                ldsm_x4(kb, ks + (nb * 8 + lane % 8) * LD + k0 + (lane / 8) * 8);
+                mma16816(s[nb], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
+                mma16816(s[nb], qb[0], qb[1], qb[2], qb[3], kb[2], kb[3]);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            float tmax = NEG;
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int j = (int)(t * TK) + nb * 8 + (lane % 4) * 2 + e;
+                    const float v = j <= prow[k] ? __fmul_rn(s[nb][2 * k + e], A.scale) : NEG;
+                    s[nb][2 * k + e] = v;
+                    tmax = fmaxf(tmax, v);
+                }
+            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+            if (lane % 4 == 0) tmx[warp * DROWS + lane / 4 + 8 * k] = tmax;
+        }
+    }
+    __syncthreads();  // K is consumed: its buffers take V
+    for (u32 u = t0; u < t1; u++)
+        load_kv<HD>(kv + (u - t0) * TK * LD, A.pool, table, u, tile.n, base, gofs + plane, A.bs);
+    cp_commit();
+    // Weights of tile t0 + warp: the running max (attend()'s chain up to this tile), p, row sums.
+    if (warp < nt) {
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const u32 mr = lane / 4 + 8 * k;
+            float m = NEG, mn = NEG;
+            for (u32 w = 0; w <= warp; w++) {
+                mn = fmaxf(m, tmx[w * DROWS + mr]);
+                if (w < warp) m = mn;
+            }
+            const float mu = mn == NEG ? 0.0f : mn;
+            float sum = 0.0f;
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float p = fexp(__fsub_rn(s[nb][2 * k + e], mu));
+                    s[nb][2 * k + e] = p;
+                    sum = __fadd_rn(sum, p);
+                }
+            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+            if (lane % 4 == 0) tsm[warp * DROWS + mr] = sum;
+        }
+        u32* pw = pf + warp * PF;
+#pragma unroll
+        for (int kk = 0; kk < TK / 16; kk++) {
+            u32 a[4][3];
+            split3(s[2 * kk][0], s[2 * kk][1], a[0]);
+            split3(s[2 * kk][2], s[2 * kk][3], a[1]);
+            split3(s[2 * kk + 1][0], s[2 * kk + 1][1], a[2]);
+            split3(s[2 * kk + 1][2], s[2 * kk + 1][3], a[3]);
+#pragma unroll
+            for (int piece = 0; piece < 3; piece++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) pw[((kk * 3 + piece) * 4 + r) * 32 + lane] = a[r][piece];
+        }
+    }
+    cp_wait0();
+    __syncthreads();
+    // P V for this warp's dim pairs; (m, l) chains and alpha per tile as attend().
+    constexpr int MYP = (NP + WARPS - 1) / WARPS;
+    float o[MYP][2][4];
+#pragma unroll
+    for (int i = 0; i < MYP; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) o[i][h][0] = o[i][h][1] = o[i][h][2] = o[i][h][3] = 0.0f;
+    float m[2] = {NEG, NEG}, l[2] = {0.0f, 0.0f};
+    for (u32 u = 0; u < nt; u++) {
+        float alpha[2];
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const u32 mr = lane / 4 + 8 * k;
+            const float mn = fmaxf(m[k], tmx[u * DROWS + mr]);
+            const float mu = mn == NEG ? 0.0f : mn;
+            alpha[k] = fexp(__fsub_rn(m[k], mu));
+            l[k] = __fadd_rn(__fmul_rn(l[k], alpha[k]), tsm[u * DROWS + mr]);
+            m[k] = mn;
+        }
+#pragma unroll
+        for (int i = 0; i < MYP; i++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                o[i][h][0] = __fmul_rn(o[i][h][0], alpha[0]);
+                o[i][h][1] = __fmul_rn(o[i][h][1], alpha[0]);
+                o[i][h][2] = __fmul_rn(o[i][h][2], alpha[1]);
+                o[i][h][3] = __fmul_rn(o[i][h][3], alpha[1]);
+            }
+        const bf16* vs = kv + u * TK * LD;
+        const u32* pr = pf + u * PF;
+#pragma unroll
+        for (int kk = 0; kk < TK / 16; kk++) {
+            u32 a[3][4];
+#pragma unroll
+            for (int piece = 0; piece < 3; piece++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) a[piece][r] = pr[((kk * 3 + piece) * 4 + r) * 32 + lane];
+#pragma unroll
+            for (int i = 0; i < MYP; i++) {
+                const int dp = (int)warp + i * WARPS;
+                if (dp >= NP) continue;
+                u32 vb[4];
+                ldsm_x4_t(vb, vs + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * LD + dp * 16 + (lane / 16) * 8);
+#pragma unroll
+                for (int piece = 0; piece < 3; piece++) {
+                    mma16816(o[i][0], a[piece][0], a[piece][1], a[piece][2], a[piece][3], vb[0], vb[1]);
+                    mma16816(o[i][1], a[piece][0], a[piece][1], a[piece][2], a[piece][3], vb[2], vb[3]);
+                }
+            }
+        }
+    }
+    // Write: the output (a row needing one split) or the split's partial, as attend().
+    for (int k = 0; k < 2; k++) {
+        if (prow[k] < 0) continue;
+        const u32 mr = lane / 4 + 8 * k;
+        const u32 r = tile.b + mr / G, h = g * G + mr % G;
+        const u32 rz = (u32)prow[k] / SPLIT + 1;
+        if (rz == 1 && z0 == 0) {
+#pragma unroll
+            for (int i = 0; i < MYP; i++) {
+                const int dp = (int)warp + i * WARPS;
+                if (dp >= NP) continue;
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const u32 v = pack_bf2(finish(o[i][hh][2 * k], l[k]), finish(o[i][hh][2 * k + 1], l[k]));
+                    *(u32*)(A.out + ((u64)r * A.heads + h) * HD + (2 * dp + hh) * 8 + (lane % 4) * 2) = v;
+                }
+            }
+        } else if (rz > 1 && z0 < rz) {
+            float* part = A.partial + (((u64)r * A.heads + h) * A.nsplit + z0) * (HD + 2);
+            if (warp == 0 && lane % 4 == 0) { part[0] = m[k]; part[1] = l[k]; }
+#pragma unroll
+            for (int i = 0; i < MYP; i++) {
+                const int dp = (int)warp + i * WARPS;
+                if (dp >= NP) continue;
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    part[2 + (2 * dp + hh) * 8 + (lane % 4) * 2] = o[i][hh][2 * k];
+                    part[2 + (2 * dp + hh) * 8 + (lane % 4) * 2 + 1] = o[i][hh][2 * k + 1];
+                }
+            }
+        }
+    }
+}
+
+// Dynamic shared memory: (MROWS + 2 TK) rows of HD + 8 bf16.
+#define ATTN_ENTRY(NAME, HD)                                                                 \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS) NAME(                             \
+        const bf16* q, const bf16* pool, bf16* out, float* partial, const u32* positions,     \
+        const u32* row_table, const u32* tables, u32 rows, u32 layers, u32 layer, u32 heads,  \
+        u32 kvh, u32 bs, u32 mode, u32 nsplit, float scale) {                                \
+        pdl_wait();                                                                          \
+        pdl_launch();                                                                        \
+        const Args a = {q,      pool,  out,   partial, positions, row_table, tables, rows,    \
+                        layers, layer, heads, kvh,     bs,        mode,      nsplit, scale};  \
+        attend<HD>(a);                                                                       \
+    }
+ATTN_ENTRY(attention_hd64, 64)
+ATTN_ENTRY(attention_hd96, 96)
+ATTN_ENTRY(attention_hd128, 128)
+ATTN_ENTRY(attention_hd256, 256)
+
+// Split mode (decode): row tiles of at most DROWS M-rows take attend_dec, larger ones attend()
+// with mode 1; the same bits either way; attention_combine merges the splits after. Dynamic
+// shared memory: max(dec_smem, attend()'s).
+#define DEC_ENTRY(NAME, HD)                                                                  \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS) NAME(                             \
+        const bf16* q, const bf16* pool, bf16* out, float* partial, const u32* positions,     \
+        const u32* row_table, const u32* tables, u32 rows, u32 layers, u32 layer, u32 heads,  \
+        u32 kvh, u32 bs, u32 mode, u32 nsplit, float scale) {                                \
+        pdl_wait();                                                                          \
+        pdl_launch();                                                                        \
+        const Args a = {q,      pool,  out,   partial, positions, row_table, tables, rows,    \
+                        layers, layer, heads, kvh,     bs,        1,         nsplit, scale};  \
+        const u32 G = heads / kvh, b = rows - 1 - blockIdx.x / kvh, g = blockIdx.x % kvh;    \
+        const Tile tile = row_tile(positions, row_table, b, rows, MROWS / G);                 \
+        if (tile.nr == 0 || blockIdx.z >= (tile.n + SPLIT - 1) / SPLIT) return;               \
+        if (tile.nr * G <= DROWS) attend_dec<HD>(a, tile, g, blockIdx.z);                     \
+        else attend<HD>(a);                                                                  \
+    }
+DEC_ENTRY(attention_dec_hd64, 64)
+DEC_ENTRY(attention_dec_hd96, 96)
+DEC_ENTRY(attention_dec_hd128, 128)
+
+// Merges the split partials of rows needing more than one split (decode mode), in split
+// order 0, 1, 2, ... with the kernel's sequential merge; out = bf16(O / L), -0 -> +0.
+// grid: (rows, heads); block: 128. `nsplit` is the partial buffer's split stride.
+extern "C" __global__ void __launch_bounds__(128) attention_combine(
+    bf16* __restrict__ out, const float* __restrict__ partial, const u32* __restrict__ positions,
+    u32 heads, u32 hd, u32 nsplit) {
+    pdl_wait();
+    pdl_launch();
+    const u32 r = blockIdx.x, h = blockIdx.y;
+    const u32 nz = positions[r] / SPLIT + 1;
+    if (nz == 1) return;
+    const float* part = partial + ((u64)r * heads + h) * nsplit * (hd + 2);
+    for (u32 d = threadIdx.x; d < hd; d += blockDim.x) {
+        float M = part[0], L = part[1], O = part[2 + d];
+        for (u32 z = 1; z < nz; z++) {
+            const float* pz = part + z * (hd + 2);
+            float a, c;
+            merge_ml(M, L, pz[0], pz[1], a, c);
+            O = merge_o(O, pz[2 + d], a, c);
+        }
+        out[((u64)r * heads + h) * hd + d] = f2bf(finish(O, L));
+    }
+}
