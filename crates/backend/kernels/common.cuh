@@ -106,3 +106,13 @@ __device__ __forceinline__ void tile_raster(u32 n, u32 rows, u32 tm, u32 tn, u32
     fi = first + in % size;
     ti = in / size;
 }
+
+// The end of every linear element (linear.cu, gemm.cu, gemm90.cu): its slices' total plus the
+// bias, one rounding; out_mode 0 bf16, 1 f32, 2 f32 holding the bf16-rounded value.
+__device__ __forceinline__ void store_linear(void* out, int out_mode, u64 at, float total,
+                                             const float* bias, u32 f) {
+    if (bias) total += bias[f];
+    if (out_mode == 0) ((bf16*)out)[at] = f2bf(total);
+    else if (out_mode == 1) ((float*)out)[at] = total;
+    else ((float*)out)[at] = rbf(total);
+}

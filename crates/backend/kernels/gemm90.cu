@@ -254,11 +254,7 @@ __device__ __forceinline__ void wg_body(const bf16* __restrict__ w, const bf16* 
             if (f >= n || tok >= rows) continue;
             float total = tot[4 * i + j];
             for (u32 s = 0; s < empty; s++) total += 0.0f;
-            if (bias) total += bias[f];
-            const u64 at = (u64)tok * n + f;
-            if (out_mode == 0) ((bf16*)out)[at] = f2bf(total);
-            else if (out_mode == 1) ((float*)out)[at] = total;
-            else ((float*)out)[at] = rbf(total);
+            store_linear(out, out_mode, (u64)tok * n + f, total, bias, f);
         }
 }
 #endif  // WG_ENABLED

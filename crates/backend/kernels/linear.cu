@@ -149,11 +149,7 @@ __device__ __forceinline__ void linear_body(
         tile_elem<NT>(e, n0, t0, &f, &tok);
         if (f >= n || tok >= rows) continue;
         float total = slice_total<NT>(part, e, 0, S);
-        if (bias) total += bias[f];
-        const u64 at = (u64)tok * n + f;
-        if (out_mode == 0) ((bf16*)out)[at] = f2bf(total);
-        else if (out_mode == 1) ((float*)out)[at] = total;
-        else ((float*)out)[at] = rbf(total);
+        store_linear(out, out_mode, (u64)tok * n + f, total, bias, f);
     }
 }
 
@@ -219,9 +215,7 @@ __device__ __forceinline__ void group_body(GROUP_PARAMS) {
         u32 f, tok;
         tile_elem<NT>(e, n0, t0, &f, &tok);
         if (f >= n || tok >= rows) continue;
-        float total = slice_total<NT>(part, e, 0, S);
-        if (bias) total += bias[f];
-        out[(u64)tok * n + f] = f2bf(total);
+        store_linear(out, 0, (u64)tok * n + f, slice_total<NT>(part, e, 0, S), bias, f);
     }
 }
 extern "C" __global__ void __launch_bounds__(256) linear_bf16_group(GROUP_PARAMS) {
