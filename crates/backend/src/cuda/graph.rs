@@ -34,7 +34,7 @@ use std::ptr::null_mut;
 use cudarc::driver::sys::{self, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaFunction, CudaGraph, LaunchConfig};
 
-use super::{drv, kernels, CudaBackend, KArg};
+use super::{drv, CudaBackend, KArg};
 use crate::error::Result;
 
 /// Steps with more rows than this run direct.
@@ -174,9 +174,9 @@ impl Graphs {
 
 impl CudaBackend {
     /// Issues one launch on the stream now: `cuLaunchKernelEx`, with programmatic stream
-    /// serialization when the backend uses it and the kernel waits for its predecessor
-    /// (`kernels::waits_for_pdl`): the kernel may then start while the previous one runs, and
-    /// its `pdl_wait()` holds every access but weight prefetches until that one has finished.
+    /// serialization when the backend uses it: the kernel may then start while the previous
+    /// one runs, and its `pdl_wait()` (every entry point calls it first) holds every memory
+    /// access until that one has finished.
     pub(crate) fn launch_now(
         &self,
         name: &str,
@@ -198,7 +198,6 @@ impl CudaBackend {
         let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
         attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attr.value.programmaticStreamSerializationAllowed = 1;
-        let pdl = self.pdl && kernels::waits_for_pdl(name);
         let config = sys::CUlaunchConfig {
             gridDimX: cfg.grid_dim.0,
             gridDimY: cfg.grid_dim.1,
@@ -209,7 +208,7 @@ impl CudaBackend {
             sharedMemBytes: cfg.shared_mem_bytes,
             hStream: self.stream.cu_stream(),
             attrs: &mut attr,
-            numAttrs: pdl as u32,
+            numAttrs: self.pdl as u32,
         };
         self.ctx.bind_to_thread().map_err(drv("binding the context"))?;
         // SAFETY: each op checks every shape, index and buffer size its kernel follows

@@ -14,6 +14,7 @@ use cudarc::nvrtc::Ptx;
 
 use super::attention::{attention_dec_smem, attention_smem};
 use super::compile::{self, Family, FAMILIES};
+use super::wgmma;
 use crate::error::{BackendError, Result};
 use crate::KernelInfo;
 
@@ -184,17 +185,11 @@ pub(crate) const ENTRIES: &[Entry] = &[
     super::wgmma::wg_entry(super::wgmma::WG_SHAPES[1]),
 ];
 
-/// Whether entry point `name` calls `pdl_wait()` (common.cuh) before touching anything but
-/// immutable weights, so it may be launched while its predecessor still runs.
-pub(crate) fn waits_for_pdl(_name: &str) -> bool {
-    true
-}
-
 /// Whether the backend ever launches `en` on `arch`: the `gemm90` family (wgmma) only on
 /// sm_90a; elsewhere it compiles to empty entry points that are never launched, so their
 /// launch shared memory (more than sm_89 has) is neither requested nor checked there.
 fn launched_on(en: &Entry, arch: &str) -> bool {
-    en.family != "gemm90" || arch == "sm_90a"
+    en.family != wgmma::FAMILY || wgmma::runs_on(arch)
 }
 
 /// Compiled modules of one device, loaded on first use.

@@ -194,7 +194,7 @@ fn run_with(
 fn prefill_config(be: &CudaBackend, rows: usize, n: usize) -> TiledShape {
     static WGMMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let on = *WGMMA.get_or_init(|| std::env::var("TENSORFOLD_WGMMA").map_or(true, |v| v != "0"));
-    if on && be.arch() == "sm_90a" {
+    if on && super::wgmma::runs_on(be.arch()) {
         super::wgmma::LINEAR_WG
     } else {
         tiled_config(rows, n)

@@ -27,6 +27,15 @@ use super::kernels::{Entry, TiledShape};
 use super::CudaBackend;
 use crate::error::{BackendError, Result};
 
+/// The kernel family (`kernels/gemm90.cu`).
+pub(crate) const FAMILY: &str = "gemm90";
+
+/// Whether the wgmma kernels run for NVRTC architecture `arch` (sm_90a only: elsewhere the
+/// family compiles to empty entry points that are never launched).
+pub(crate) fn runs_on(arch: &str) -> bool {
+    arch == "sm_90a"
+}
+
 /// The shape of `WG_ENTRY(name, wgs, bn, stages)` (gemm90.cu's `WgCfg`): 64 WGS features
 /// x BN tokens a CTA, 128 WGS threads, STAGES tiles of (features + tokens) rows x 64 k bf16,
 /// plus 1 KiB to align the tiles to the 1,024-byte swizzle atom.
@@ -51,7 +60,7 @@ pub(crate) const WG_SHAPES: [TiledShape; 2] = [LINEAR_WG, LINEAR_WG_M192];
 
 /// Every configuration, as registry entries of the `gemm90` family.
 pub(crate) const fn wg_entry(t: TiledShape) -> Entry {
-    Entry { name: t.name, family: "gemm90", threads: t.threads, dyn_smem: t.smem }
+    Entry { name: t.name, family: FAMILY, threads: t.threads, dyn_smem: t.smem }
 }
 
 /// The configuration of entry point `name`: `Ok(None)` when `name` is not a wgmma kernel, an
@@ -60,7 +69,7 @@ pub(crate) fn wg_shape(be: &CudaBackend, name: &str) -> Result<Option<TiledShape
     let Some(t) = WG_SHAPES.into_iter().find(|t| t.name == name) else {
         return Ok(None);
     };
-    if be.arch() != "sm_90a" {
+    if !runs_on(be.arch()) {
         return Err(BackendError::Device(format!(
             "{name} needs sm_90a (wgmma); this device compiles for {}",
             be.arch()
