@@ -15,9 +15,9 @@
 
 mod common;
 
-use common::cuda::{gpu, per_call, up};
+use common::cuda::{decode_step_meta, gpu, per_call, up};
 use common::{random_bf16, random_vector, random_weight, Rng};
-use tf_backend::batch::{BatchMeta, KvGeometry, SeqMeta};
+use tf_backend::batch::KvGeometry;
 use tf_backend::cuda::{CudaBackend, CudaTensor, CudaWeight};
 use tf_backend::{
     ActDType, AddNormArgs, AttnArgs, Backend, LinearPart, NormArgs, RopeArgs, SwigluArgs,
@@ -243,14 +243,7 @@ fn graphed_fused_step(g: &CudaBackend, w: &Weights) {
         (b1(h), b1(h), b1(inter), b1(inter), b1(inter));
     let mut lo = g.alloc(ActDType::F32, 1, vocab).unwrap();
     let (rope, embed, head) = (flat(g, 4096, hd), flat(g, 1000, h), flat(g, vocab, h));
-    let meta = BatchMeta {
-        tokens: vec![1],
-        positions: vec![300],
-        row_seq: vec![0],
-        seqs: vec![SeqMeta { block_table: (0..32).collect() }],
-        logit_rows: vec![0],
-        block_size: 16,
-    };
+    let meta = decode_step_meta();
     let (norm, eps) = (&w.norm, 1e-5);
     let mut step = || {
         let b = g.prepare_batch(&meta).unwrap();

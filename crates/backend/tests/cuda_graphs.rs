@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::cuda::{gpu, per_call};
+use common::cuda::{decode_step_meta, gpu, per_call};
 use common::*;
 use tf_backend::batch::{BatchMeta, KvGeometry, SeqMeta};
 use tf_backend::cuda::{CudaBackend, CudaKv, CudaTensor, CudaWeight};
@@ -320,14 +320,7 @@ fn graphed_step_profile(g: &CudaBackend, ws: &[Vec<CudaWeight>], head: &CudaWeig
     let norm = g.load_weight(&random_vector(&mut Rng::new(1), h, 1.0, 0.1)).unwrap();
     let rope = flat_weight(g, 4096, hd);
     let embed = flat_weight(g, 1000, h);
-    let meta = BatchMeta {
-        tokens: vec![1],
-        positions: vec![300],
-        row_seq: vec![0],
-        seqs: vec![SeqMeta { block_table: (0..32).collect() }],
-        logit_rows: vec![0],
-        block_size: 16,
-    };
+    let meta = decode_step_meta();
     for full in [true, false] {
         let mut step = || {
             let b = g.prepare_batch(&meta).unwrap();

@@ -8,43 +8,31 @@
 //! Needs an NVIDIA GPU and is ignored elsewhere; on the GPU machine:
 //! `cargo test --release -p tf-backend --test cuda_sample -- --ignored --nocapture`.
 
+mod common;
+
+use common::Rng;
 use tf_backend::cuda::CudaBackend;
 use tf_backend::sample::{sample_row, Draw};
 use tf_backend::Backend;
 
-/// splitmix64.
-struct Mix(u64);
-impl Mix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 const ALMOST_ONE: f64 = 1.0 - 1.0 / (1u64 << 53) as f64;
 
 /// Logits like a model's (bf16 values, a few high ones), plain f32, or few-valued; specials.
-fn row(g: &mut Mix, n: usize) -> Vec<f32> {
-    let style = g.next() % 4;
+fn row(g: &mut Rng, n: usize) -> Vec<f32> {
+    let style = g.next_u64() % 4;
     (0..n)
         .map(|_| {
-            let x = (g.unit() * g.unit() * 30.0 - 10.0) as f32;
+            let x = (g.uniform() * g.uniform() * 30.0 - 10.0) as f32;
             let v = match style {
                 0 | 1 => f32::from_bits(x.to_bits() & 0xffff_0000),
                 2 => x,
                 _ => (x * 0.25).round(),
             };
-            match g.next() % 512 {
+            match g.next_u64() % 512 {
                 0 => 0.0,
                 1 => -0.0,
                 2 => f32::NAN,
-                3 if g.next().is_multiple_of(64) => f32::INFINITY,
+                3 if g.next_u64().is_multiple_of(64) => f32::INFINITY,
                 4 => f32::NEG_INFINITY,
                 _ => v,
             }
@@ -52,16 +40,16 @@ fn row(g: &mut Mix, n: usize) -> Vec<f32> {
         .collect()
 }
 
-fn draw(g: &mut Mix) -> Draw {
+fn draw(g: &mut Rng) -> Draw {
     Draw {
-        temperature: [0.0, 0.1, 0.6, 0.8, 1.0, 1.5, 50.0][(g.next() % 7) as usize],
-        top_k: [0, 0, 0, 1, 3, 40, 50_000][(g.next() % 7) as usize],
-        top_p: [1.0, 1.0, 0.95, 0.9, 0.5, 0.05][(g.next() % 6) as usize],
-        min_p: [0.0, 0.0, 0.0, 0.05, 0.2, 1.0][(g.next() % 6) as usize],
-        uniform: match g.next() % 10 {
+        temperature: [0.0, 0.1, 0.6, 0.8, 1.0, 1.5, 50.0][(g.next_u64() % 7) as usize],
+        top_k: [0, 0, 0, 1, 3, 40, 50_000][(g.next_u64() % 7) as usize],
+        top_p: [1.0, 1.0, 0.95, 0.9, 0.5, 0.05][(g.next_u64() % 6) as usize],
+        min_p: [0.0, 0.0, 0.0, 0.05, 0.2, 1.0][(g.next_u64() % 6) as usize],
+        uniform: match g.next_u64() % 10 {
             0 => 0.0,
             1 => ALMOST_ONE,
-            _ => g.unit(),
+            _ => g.uniform(),
         },
     }
 }
@@ -70,7 +58,7 @@ fn draw(g: &mut Mix) -> Draw {
 #[ignore = "needs an NVIDIA GPU: run with --ignored on the GPU machine"]
 fn gpu_sample_is_the_host_definition() {
     let g = CudaBackend::new(0).unwrap_or_else(|e| panic!("{e}"));
-    let mut rng = Mix(2026);
+    let mut rng = Rng::new(2026);
     let rows = 64;
     let (mut equal, mut total) = (0usize, 0usize);
     let mut distinct = std::collections::BTreeSet::new();

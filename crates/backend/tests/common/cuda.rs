@@ -51,6 +51,19 @@ pub fn batch(positions: Vec<u32>, row_seq: Vec<u32>, seqs: Vec<SeqMeta>, bs: usi
     }
 }
 
+/// One decode row of one sequence (token 1 at position 300, blocks 0..32 of 16 positions,
+/// its logits wanted): the step the decode timing tests replay.
+pub fn decode_step_meta() -> BatchMeta {
+    BatchMeta {
+        tokens: vec![1],
+        positions: vec![300],
+        row_seq: vec![0],
+        seqs: vec![SeqMeta { block_table: (0..32).collect() }],
+        logit_rows: vec![0],
+        block_size: 16,
+    }
+}
+
 /// linear on the GPU for `rows` of `xb` (row-major, k wide); returns f32 values.
 pub fn gpu_linear(
     g: &CudaBackend,
