@@ -9,16 +9,30 @@
 // `linear::k_split`), so every element's arithmetic is the same whether the call has 1 row
 // or 2,048: a decode row is one 8-token tile with 7 padding columns that read zeros.
 //
-// K order inside a slice: super-steps of 32 k. Lane (g = lane / 4, c = lane % 4) loads 16
-// bytes (8 bf16) of weight rows g and g + 8 and of token g's row, all at k0 + 8c; the first
-// mma takes elements 0..3 of each load, the second elements 4..7. A and B use the same
-// mapping, so each mma sums matching products; the mapping is fixed, so the chain is too.
-// Loads are 16 bytes wide, UNROLL super-steps in flight per warp. Tried and dropped
-// (H200, 2026-11-30, same bits): the decode entries' weights through a per-warp cp.async ring
-// of 4 stages x 2 super-steps. Isolated (ncu, cold L2) it was faster at one row (gate/up +
-// swiglu 79 -> 67 us, down 45 -> 39 us), but served, against this register path in otherwise
-// the same build: decode 167.7 vs 182.5 tok/s, 16 / 64 streams 1,264 / 2,059 vs 1,645 / 3,148,
-// the 33B geometry 46.4 vs 49.8 (two receipts, docs/bench/2026-11-30-h200.md). An L2 bulk
+// K order inside a slice: super-steps of 32 k (super-steps wholly past the slice end are not
+// run; k >= K reads zeros). Lane (g = lane / 4, c = lane % 4) loads 16 bytes (8 bf16) of
+// weight rows g and g + 8 and of token g's row, all at k0 + 8c; the first mma takes elements
+// 0..3 of each load, the second elements 4..7. A and B use the same mapping, so each mma sums
+// matching products; the mapping is fixed, so the chain is too. Each k16 step thus sums the
+// set {k0 + 8c + 4h + 0..3 : c = 0..3} (h = 0, 1), not 16 consecutive k.
+// Weights stream through two register buffers of U super-steps a warp: the next buffer's loads
+// are in flight while the mma steps of the current one run, and a kernel's first buffer is
+// issued before pdl_wait(), overlapping the kernel before it (weights are immutable). H200,
+// 2026-12-01, tests/cuda_fused.rs profile (llama3-8b shapes, one row, back to back): gate/up +
+// SwiGLU 61.7 -> 63.9 us, down 32.0 -> 30.6, o 9.5 -> 9.8, q/k/v 16.7 -> 14.4, the graphed
+// 32-layer step 5.70 -> 5.68 ms, against the single buffer of 8 super-steps with the same early
+// issue; without the early issue the single buffer took 5.79 ms.
+// Measured and dropped, H200, 2026-12-01: steps of 16 consecutive k (8-byte lane loads at
+// k0 + 4c and k0 + 16 + 4c, which would let the wgmma prefill take TMA tiles without
+// regrouping). With the same two-buffer loop every decode product was 17-23% slower (gate/up
+// 76.1 us, down 37.6, o 11.8; graphed step 6.51 ms, bench 164 tok/s): twice the load requests
+// for the same bytes. 16-byte lane loads cannot feed k16 steps of consecutive k (a lane's 8
+// consecutive k would all fall in one step), so that definition needs a permuted weight layout.
+// Tried and dropped (H200, 2026-11-30, same bits): the decode entries' weights through a
+// per-warp cp.async ring of 4 stages x 2 super-steps. Isolated (ncu, cold L2) it was faster at
+// one row (gate/up + swiglu 79 -> 67 us, down 45 -> 39 us), but served, against the register
+// path in otherwise the same build: decode 167.7 vs 182.5 tok/s, 16 / 64 streams 1,264 / 2,059
+// vs 1,645 / 3,148, the 33B geometry 46.4 vs 49.8 (docs/bench/2026-11-30-h200.md). An L2 bulk
 // prefetch of each CTA's weight rows before pdl_wait() lost 2-12% (149-164 vs 171 tok/s).
 //
 // Two entry points compute it: linear_bf16 (here: operands straight from global memory, K
@@ -31,20 +45,20 @@
 // the SwiGLU epilogue) run the same slice chains and combine, so they give linear_bf16's bits
 // (tests/cuda_fused.rs compares them with the separate launches bit for bit).
 
-__device__ __forceinline__ uint4 ld_stream(const bf16* p) {
+// 16 bytes of weights at p: streamed once, not kept in L1.
+__device__ __forceinline__ uint4 ld_stream16(const bf16* p) {
     uint4 v;
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
-
+// 16 bytes of activations at p (read by every warp of the CTA: cached).
 __device__ __forceinline__ uint4 ld_act16(const bf16* p) {
     uint4 v;
     asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
-
 // Row pointers of token g of each of a CTA's NT token tiles (tiles start at t0); padding
 // tokens (past `rows`) read row 0 but are masked to zero.
 template <int NT>
@@ -60,53 +74,130 @@ __device__ __forceinline__ void token_rows(
     }
 }
 
-// One K slice [k_begin, min(k, k_begin + slice_len)) of features n0 .. n0 + 15 of `w` for the
-// NT token tiles: a chain of mma steps from +0 in the fixed super-step order, its partials
-// stored to part[(job * NT + t) * 128 + lane * 4 + i]. Every entry point below runs exactly
-// this chain for each (feature tile, slice), whichever warp runs it.
-template <int NT, int UNROLL>
-__device__ __forceinline__ void slice_chain(
-    const bf16* __restrict__ w, u32 n, u32 k, u32 n0, u32 t0, u32 rows, const bf16* const xr[NT],
-    const bool vx[NT], u32 k_begin, u32 slice_len, float* part, u32 job) {
-    const u32 lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const bool va = n0 + g < n, vb = n0 + g + 8 < n;
-    const bf16* wa = w + (u64)(va ? n0 + g : 0) * k;
-    const bf16* wb = w + (u64)(vb ? n0 + g + 8 : 0) * k;
+// One K slice [k_begin, k_end) of features n0 .. n0 + 15 of a weight: the lane's two weight
+// rows (g and g + 8; rows past n read as zeros).
+struct Slice {
+    const bf16* wa;
+    const bf16* wb;
+    bool va, vb;
+    u32 k_begin, k_end;
+};
+__device__ __forceinline__ Slice make_slice(const bf16* __restrict__ w, u32 n, u32 k, u32 n0,
+                                            u32 k_begin, u32 slice_len) {
+    const u32 g = (threadIdx.x & 31) >> 2;
+    Slice s;
+    s.va = n0 + g < n;
+    s.vb = n0 + g + 8 < n;
+    s.wa = w + (u64)(s.va ? n0 + g : 0) * k;
+    s.wb = w + (u64)(s.vb ? n0 + g + 8 : 0) * k;
+    s.k_begin = k_begin;
+    s.k_end = min(k, k_begin + slice_len);
+    return s;
+}
+
+// Issues the weight loads of U super-steps from kk (the lane's two rows).
+template <int U>
+__device__ __forceinline__ void issue_w(const Slice& s, u32 kk, uint4 (&a)[U], uint4 (&b)[U]) {
+    const u32 c = threadIdx.x & 3;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const u32 kc = kk + 32 * u + 8 * c;
+        a[u] = (s.va && kc < s.k_end) ? ld_stream16(s.wa + kc) : zero;
+        b[u] = (s.vb && kc < s.k_end) ? ld_stream16(s.wb + kc) : zero;
+    }
+}
+
+// The mma steps of U super-steps from kk on loaded weights, for the NT token tiles. A
+// super-step wholly past the slice end is not run.
+template <int NT, int U>
+__device__ __forceinline__ void run_steps(const Slice& s, u32 kk, const uint4 (&a)[U],
+                                          const uint4 (&b)[U], float (&acc)[NT][4],
+                                          const bf16* const xr[NT], const bool vx[NT], u32 t0,
+                                          u32 rows) {
+    const u32 c = threadIdx.x & 3;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (t0 + 8 * t >= rows) break;
+        uint4 xv[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const u32 kc = kk + 32 * u + 8 * c;
+            xv[u] = (vx[t] && kc < s.k_end) ? ld_act16(xr[t] + kc) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (kk + 32 * u >= s.k_end) break;
+            mma16816(acc[t], a[u].x, b[u].x, a[u].y, b[u].y, xv[u].x, xv[u].y);
+            mma16816(acc[t], a[u].z, b[u].z, a[u].w, b[u].w, xv[u].z, xv[u].w);
+        }
+    }
+}
+
+// The chain of one slice for the NT token tiles, from +0, its partials stored to
+// part[(job * NT + t) * 128 + lane * 4 + i]. `a0`, `b0` hold the weights of the slice's first
+// U super-steps, already issued (issue_w(s, s.k_begin, ...)), possibly before pdl_wait().
+// Two register buffers: the loads of the next U super-steps are in flight while the mma
+// steps of these run. Every entry point below runs exactly this chain for each (feature
+// tile, slice), whichever warp runs it.
+template <int NT, int U>
+__device__ __forceinline__ void slice_chain(const Slice& s, uint4 (&a0)[U], uint4 (&b0)[U],
+                                            const bf16* const xr[NT], const bool vx[NT], u32 t0,
+                                            u32 rows, float* part, u32 job) {
+    const u32 lane = threadIdx.x & 31;
     float acc[NT][4];
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
         for (int i = 0; i < 4; i++) acc[t][i] = 0.0f;
-    const u32 k_end = min(k, k_begin + slice_len);
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-    for (u32 kk = k_begin; kk < k_end; kk += 32 * UNROLL) {
-        uint4 a[UNROLL], b[UNROLL];
-        bool in[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; u++) {
-            const u32 kc = kk + 32 * u + 8 * c;
-            in[u] = kc < k_end;
-            a[u] = (va && in[u]) ? ld_stream(wa + kc) : zero;
-            b[u] = (vb && in[u]) ? ld_stream(wb + kc) : zero;
-        }
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            if (t0 + 8 * t >= rows) break;
-            uint4 xv[UNROLL];
-#pragma unroll
-            for (int u = 0; u < UNROLL; u++)
-                xv[u] = (vx[t] && in[u]) ? ld_act16(xr[t] + kk + 32 * u + 8 * c) : zero;
-#pragma unroll
-            for (int u = 0; u < UNROLL; u++) {
-                mma16816(acc[t], a[u].x, b[u].x, a[u].y, b[u].y, xv[u].x, xv[u].y);
-                mma16816(acc[t], a[u].z, b[u].z, a[u].w, b[u].w, xv[u].z, xv[u].w);
-            }
-        }
+    uint4 a1[U], b1[U];
+    for (u32 kk = s.k_begin; kk < s.k_end; kk += 64 * U) {
+        const u32 k1 = kk + 32 * U;
+        if (k1 < s.k_end) issue_w<U>(s, k1, a1, b1);
+        run_steps<NT, U>(s, kk, a0, b0, acc, xr, vx, t0, rows);
+        if (k1 + 32 * U < s.k_end) issue_w<U>(s, k1 + 32 * U, a0, b0);
+        if (k1 < s.k_end) run_steps<NT, U>(s, k1, a1, b1, acc, xr, vx, t0, rows);
     }
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
         for (int i = 0; i < 4; i++) part[((job * NT + t) * 32 + lane) * 4 + i] = acc[t][i];
+}
+
+// Whether a kernel issues its first weight loads before pdl_wait() (weights are immutable).
+#ifndef TF_PREWAIT
+#define TF_PREWAIT 1
+#endif
+// Super-steps a register buffer holds in the one-token-tile (_d8) entries and in the others.
+#ifndef TF_D8_U
+#define TF_D8_U 4
+#endif
+#ifndef TF_NT_U
+#define TF_NT_U 2
+#endif
+
+// A CTA's slice jobs j = warp, warp + W, ... < J (W warps), job j's slice `slice_of(j)`, each
+// through slice_chain into part. The first job's first weights are issued before pdl_wait()
+// (TF_PREWAIT): weights are immutable, so only their timing changes; everything else (the
+// activations, row_idx, every write) follows it.
+template <int NT, int U, class F>
+__device__ __forceinline__ void run_jobs(F slice_of, u32 J, const bf16* __restrict__ x,
+                                         const u32* __restrict__ row_idx, u32 k, u32 rows, u32 t0,
+                                         float* part) {
+    const u32 warp = threadIdx.x >> 5, W = blockDim.x >> 5;
+    uint4 a[U], b[U];
+    Slice s = slice_of(warp < J ? warp : 0);
+    if (TF_PREWAIT && warp < J) issue_w<U>(s, s.k_begin, a, b);
+    pdl_wait();
+    pdl_launch();
+    const bf16* xr[NT];
+    bool vx[NT];
+    token_rows<NT>(x, row_idx, k, rows, t0, (threadIdx.x & 31) >> 2, xr, vx);
+    for (u32 j = warp; j < J; j += W) {
+        if (j != warp) s = slice_of(j);
+        if (j != warp || !TF_PREWAIT) issue_w<U>(s, s.k_begin, a, b);
+        slice_chain<NT, U>(s, a, b, xr, vx, t0, rows, part, j);
+    }
 }
 
 // Element e (of NT * 128) of a CTA's tile: its feature and token.
@@ -129,20 +220,16 @@ __device__ __forceinline__ float slice_total(const float* part, u32 e, u32 first
 // S * NT * 32 * 4 floats. `row_idx` (nullable) maps output row i to input row row_idx[i]
 // (logits); out_mode: 0 bf16, 1 f32, 2 f32 holding bf16-rounded values. k % 8 == 0 and
 // slice_len % 32 == 0 (checked by the host).
-template <int NT, int UNROLL>
+template <int NT, int U>
 __device__ __forceinline__ void linear_body(
     const bf16* __restrict__ w, const bf16* __restrict__ x, const u32* __restrict__ row_idx,
     const float* __restrict__ bias, void* out, int out_mode, u32 n, u32 k, u32 rows,
     u32 slice_len) {
     extern __shared__ float part[];  // [S][NT][32 lanes][4]
-    const u32 lane = threadIdx.x & 31, s = threadIdx.x >> 5, S = blockDim.x >> 5;
+    const u32 S = blockDim.x >> 5;
     const u32 n0 = blockIdx.x * 16, t0 = blockIdx.y * 8 * NT;
-    pdl_wait();
-    pdl_launch();
-    const bf16* xr[NT];
-    bool vx[NT];
-    token_rows<NT>(x, row_idx, k, rows, t0, lane >> 2, xr, vx);
-    slice_chain<NT, UNROLL>(w, n, k, n0, t0, rows, xr, vx, s * slice_len, slice_len, part, s);
+    auto slice_of = [&](u32 j) { return make_slice(w, n, k, n0, j * slice_len, slice_len); };
+    run_jobs<NT, U>(slice_of, S, x, row_idx, k, rows, t0, part);
     __syncthreads();
     for (u32 e = threadIdx.x; e < NT * 32 * 4; e += blockDim.x) {
         u32 f, tok;
@@ -153,18 +240,18 @@ __device__ __forceinline__ void linear_body(
     }
 }
 
-#define LINEAR_ENTRY(NAME, NT, UNROLL)                                                        \
+#define LINEAR_ENTRY(NAME, NT, U)                                                             \
     extern "C" __global__ void __launch_bounds__(512) NAME(                                  \
         const bf16* __restrict__ w, const bf16* __restrict__ x, const u32* __restrict__ row_idx, \
         const float* __restrict__ bias, void* out, int out_mode, u32 n, u32 k, u32 rows,     \
         u32 slice_len) {                                                                     \
-        linear_body<NT, UNROLL>(w, x, row_idx, bias, out, out_mode, n, k, rows, slice_len);  \
+        linear_body<NT, U>(w, x, row_idx, bias, out, out_mode, n, k, rows, slice_len);       \
     }
-LINEAR_ENTRY(linear_bf16, 4, 4)
-// Decode rows (at most 8: one token tile): fewer registers per warp, twice the loads in flight.
-// UNROLL only groups super-steps for loading (the mma chain is the same sequence), and NT only
+LINEAR_ENTRY(linear_bf16, 4, TF_NT_U)
+// Decode rows (at most 8: one token tile): fewer registers per warp, more loads in flight.
+// U only groups super-steps for loading (the mma chain is the same sequence), and NT only
 // how many token tiles a CTA covers: the same bits for every element.
-LINEAR_ENTRY(linear_bf16_d8, 1, 8)
+LINEAR_ENTRY(linear_bf16_d8, 1, TF_D8_U)
 
 // ---- Grouped products (decode): several weights over the same x in one launch. ----
 // Each CTA covers one 16-feature tile of one weight; its warps run that weight's K slices
@@ -184,10 +271,9 @@ LINEAR_ENTRY(linear_bf16_d8, 1, 8)
 #define GROUP_ARGS \
     x, k, rows, w0, b0, o0, n_0, sl0, len0, ctas0, w1, b1, o1, n_1, sl1, len1, ctas1, w2, b2, o2, n_2, sl2, len2
 
-template <int NT, int UNROLL>
+template <int NT, int U>
 __device__ __forceinline__ void group_body(GROUP_PARAMS) {
     extern __shared__ float part[];  // [S][NT][32 lanes][4]
-    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
     u32 bx = blockIdx.x;
     const bf16* w = w0;
     const float* bias = b0;
@@ -203,13 +289,8 @@ __device__ __forceinline__ void group_body(GROUP_PARAMS) {
         }
     }
     const u32 n0 = bx * 16, t0 = blockIdx.y * 8 * NT;
-    pdl_wait();
-    pdl_launch();
-    const bf16* xr[NT];
-    bool vx[NT];
-    token_rows<NT>(x, nullptr, k, rows, t0, lane >> 2, xr, vx);
-    for (u32 j = warp; j < S; j += W)
-        slice_chain<NT, UNROLL>(w, n, k, n0, t0, rows, xr, vx, j * len, len, part, j);
+    auto slice_of = [&](u32 j) { return make_slice(w, n, k, n0, j * len, len); };
+    run_jobs<NT, U>(slice_of, S, x, nullptr, k, rows, t0, part);
     __syncthreads();
     for (u32 e = threadIdx.x; e < NT * 32 * 4; e += blockDim.x) {
         u32 f, tok;
@@ -219,7 +300,7 @@ __device__ __forceinline__ void group_body(GROUP_PARAMS) {
     }
 }
 extern "C" __global__ void __launch_bounds__(256) linear_bf16_group(GROUP_PARAMS) {
-    group_body<4, 4>(GROUP_ARGS);
+    group_body<4, TF_NT_U>(GROUP_ARGS);
 }
 
 // swiglu_body: gate and up (both (n, k), K split (S, len), no bias) for the same 16
@@ -232,21 +313,14 @@ extern "C" __global__ void __launch_bounds__(256) linear_bf16_group(GROUP_PARAMS
         bf16 *up, bf16 *act, u32 n, u32 S, u32 len
 #define SWIGLU_ARGS x, k, rows, wg, wu, gate, up, act, n, S, len
 
-template <int NT, int UNROLL>
+template <int NT, int U>
 __device__ __forceinline__ void swiglu_body(SWIGLU_PARAMS) {
     extern __shared__ float part[];  // [2S][NT][32 lanes][4]
-    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
     const u32 n0 = blockIdx.x * 16, t0 = blockIdx.y * 8 * NT;
-    pdl_wait();
-    pdl_launch();
-    const bf16* xr[NT];
-    bool vx[NT];
-    token_rows<NT>(x, nullptr, k, rows, t0, lane >> 2, xr, vx);
-    for (u32 j = warp; j < 2 * S; j += W) {
-        const bf16* w = j < S ? wg : wu;
-        const u32 s = j < S ? j : j - S;
-        slice_chain<NT, UNROLL>(w, n, k, n0, t0, rows, xr, vx, s * len, len, part, j);
-    }
+    auto slice_of = [&](u32 j) {
+        return make_slice(j < S ? wg : wu, n, k, n0, (j < S ? j : j - S) * len, len);
+    };
+    run_jobs<NT, U>(slice_of, 2 * S, x, nullptr, k, rows, t0, part);
     __syncthreads();
     for (u32 e = threadIdx.x; e < NT * 32 * 4; e += blockDim.x) {
         u32 f, tok;
@@ -263,8 +337,8 @@ __device__ __forceinline__ void swiglu_body(SWIGLU_PARAMS) {
     }
 }
 extern "C" __global__ void __launch_bounds__(256) linear_bf16_swiglu(SWIGLU_PARAMS) {
-    swiglu_body<4, 4>(SWIGLU_ARGS);
+    swiglu_body<4, TF_NT_U>(SWIGLU_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256) linear_bf16_swiglu_d8(SWIGLU_PARAMS) {
-    swiglu_body<1, 8>(SWIGLU_ARGS);
+    swiglu_body<1, TF_D8_U>(SWIGLU_ARGS);
 }

@@ -48,17 +48,38 @@ extern "C" __global__ void __launch_bounds__(1024) rms_norm(
 // add_rms_norm: acc = bf16(acc + x) in place (the `add` kernel's formula), then rms_norm of
 // the sum into `out`, exactly as the kernel above (same block size from `group`, same sum
 // order). Thread t writes the sums of its elements t, t+T, ... and later reads back only
-// those same elements, so the in-place update needs no barrier of its own.
+// those same elements, so the in-place update needs no barrier of its own. (Before
+// 2026-12-01 each element was stored and read back before the next was loaded: a chain of
+// dependent global round trips, ~5 us a 4,096 row on the H200.)
 extern "C" __global__ void __launch_bounds__(1024) add_rms_norm(
     void* acc, int acc_f32, const void* x, int x_f32, const float* __restrict__ w, void* out,
     int out_f32, u32 group, float eps) {
     pdl_wait();
     pdl_launch();
     const u64 base = (u64)blockIdx.x * group;
+    const u32 T = blockDim.x;
     float sq = 0.0f;
-    for (u32 i = threadIdx.x; i < group; i += blockDim.x) {
-        st_act(acc, base + i, acc_f32, ld_act(acc, base + i, acc_f32) + ld_act(x, base + i, x_f32));
-        float v = ld_act(acc, base + i, acc_f32);
+    u32 i = threadIdx.x;
+    // Four elements a pass with every load issued before the first store; the stored bf16(sum)
+    // is kept in a register (st_act stores rbf(v)), not read back.
+    for (; i + 3 * T < group; i += 4 * T) {
+        float a[4], b[4];
+#pragma unroll
+        for (u32 j = 0; j < 4; j++) {
+            a[j] = ld_act(acc, base + i + j * T, acc_f32);
+            b[j] = ld_act(x, base + i + j * T, x_f32);
+        }
+#pragma unroll
+        for (u32 j = 0; j < 4; j++) {
+            st_act(acc, base + i + j * T, acc_f32, a[j] + b[j]);
+            const float v = rbf(a[j] + b[j]);
+            sq = fmaf(v, v, sq);
+        }
+    }
+    for (; i < group; i += T) {
+        const float sum = ld_act(acc, base + i, acc_f32) + ld_act(x, base + i, x_f32);
+        st_act(acc, base + i, acc_f32, sum);
+        const float v = rbf(sum);
         sq = fmaf(v, v, sq);
     }
     rms_norm_finish(sq, acc, acc_f32, w, out, out_f32, base, group, eps);

@@ -53,9 +53,19 @@ impl Family {
     }
 }
 
-/// NVRTC options for `arch` (e.g. `sm_90a`).
-pub fn options(arch: &str) -> Vec<String> {
-    vec![format!("--gpu-architecture={arch}"), "--std=c++17".into(), "-lineinfo".into()]
+/// NVRTC options for `arch` (e.g. `sm_90a`) and a family's translation `unit`, plus those of
+/// the `-D` definitions listed in `TENSORFOLD_KERNEL_DEFINES` (space-separated `NAME=VALUE`,
+/// e.g. `TF_D8_U=6 TF_PREWAIT=0`) whose NAME the unit mentions: the kernels' tuning knobs
+/// (`#ifndef` defaults in the sources), for A/B runs of one binary. They are part of the
+/// options, so of the cache key. No knob changes a kernel's arithmetic.
+pub fn options(arch: &str, unit: &str) -> Vec<String> {
+    let mut o =
+        vec![format!("--gpu-architecture={arch}"), "--std=c++17".into(), "-lineinfo".into()];
+    if let Ok(defs) = std::env::var("TENSORFOLD_KERNEL_DEFINES") {
+        let mentioned = |d: &&str| unit.contains(d.split('=').next().unwrap_or(d));
+        o.extend(defs.split_whitespace().filter(mentioned).map(|d| format!("-D{d}")));
+    }
+    o
 }
 
 /// The architecture name NVRTC compiles for on a device of compute capability `cc`:
@@ -80,15 +90,16 @@ pub fn nvrtc_version() -> Result<(i32, i32), String> {
 /// Compiles `family` for `arch` to a CUBIN. `Err` holds NVRTC's log.
 /// NVRTC must have been opened (`loader::nvrtc`).
 pub fn compile(family: &Family, arch: &str) -> Result<Vec<u8>, String> {
+    let unit = family.unit();
     let src =
-        CString::new(family.unit()).map_err(|_| format!("{}.cu holds a NUL byte", family.name))?;
+        CString::new(unit.as_str()).map_err(|_| format!("{}.cu holds a NUL byte", family.name))?;
     let name = CString::new(format!("{}.cu", family.name)).map_err(|e| e.to_string())?;
     let prog = nvrtc::create_program(&src, Some(&name))
         .map_err(|e| format!("{}.cu: nvrtcCreateProgram: {e}", family.name))?;
     // SAFETY: `prog` was just created from `src`/`name`, which outlive it; it is destroyed
     // once below and not used after.
     unsafe {
-        let out = match nvrtc::compile_program(prog, &options(arch)) {
+        let out = match nvrtc::compile_program(prog, &options(arch, &unit)) {
             Ok(()) => cubin(prog).map_err(|e| format!("{}.cu: nvrtcGetCUBIN: {e}", family.name)),
             Err(e) => Err(format!("{}.cu for {arch}: {e}\n{}", family.name, log(prog))),
         };
@@ -137,7 +148,7 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
 /// The cache file of `family` compiled for `arch` by NVRTC `version`.
 pub fn cache_path(dir: &Path, family: &Family, arch: &str, version: (i32, i32)) -> PathBuf {
     let unit = family.unit();
-    let opts = options(arch).join(" ");
+    let opts = options(arch, &unit).join(" ");
     let ver = format!("{}.{}", version.0, version.1);
     let h = fnv1a(&[unit.as_bytes(), arch.as_bytes(), opts.as_bytes(), ver.as_bytes()]);
     dir.join(format!("{}-{arch}-{h:016x}.cubin", family.name))
