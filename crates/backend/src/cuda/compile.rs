@@ -62,10 +62,21 @@ pub fn options(arch: &str, unit: &str) -> Vec<String> {
     let mut o =
         vec![format!("--gpu-architecture={arch}"), "--std=c++17".into(), "-lineinfo".into()];
     if let Ok(defs) = std::env::var("TENSORFOLD_KERNEL_DEFINES") {
-        let mentioned = |d: &&str| unit.contains(d.split('=').next().unwrap_or(d));
-        o.extend(defs.split_whitespace().filter(mentioned).map(|d| format!("-D{d}")));
+        o.extend(defines_for(&defs, unit));
     }
     o
+}
+
+/// The `-D` options of `defs` (space-separated `NAME` or `NAME=VALUE`) whose NAME `unit`
+/// mentions; entries without a name (`=3`) are dropped.
+fn defines_for(defs: &str, unit: &str) -> Vec<String> {
+    defs.split_whitespace()
+        .filter(|d| {
+            let name = d.split('=').next().unwrap_or("");
+            !name.is_empty() && unit.contains(name)
+        })
+        .map(|d| format!("-D{d}"))
+        .collect()
 }
 
 /// The architecture name NVRTC compiles for on a device of compute capability `cc`:
@@ -176,4 +187,20 @@ pub fn cubin_cached(dir: Option<&Path>, family: &Family, arch: &str) -> Result<V
         }
     }
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::defines_for;
+
+    #[test]
+    fn defines_reach_only_the_families_that_mention_them() {
+        let unit = "#ifndef TF_D8_U\n#define TF_D8_U 4\n#endif\n#if TF_PREWAIT\n#endif";
+        assert_eq!(
+            defines_for("TF_D8_U=6 TF_NT_U=1 TF_PREWAIT =3", unit),
+            ["-DTF_D8_U=6", "-DTF_PREWAIT"]
+        );
+        assert!(defines_for("TF_D8_U=6", "// no knobs here").is_empty());
+        assert!(defines_for("", unit).is_empty());
+    }
 }
