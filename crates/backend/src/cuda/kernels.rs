@@ -38,8 +38,8 @@ pub(crate) const LINEAR_MAX_SLICES: u32 = 16;
 /// Token tiles (of 8) per block of `linear_bf16`.
 pub(crate) const LINEAR_NT: u32 = 4;
 /// Calls of at most this many rows (one token tile) take the `_d8` decode variants
-/// (`linear_bf16_d8`, `..._swiglu_d8`: one token tile per CTA, 8 super-steps
-/// of loads in flight); the same bits as the general entries.
+/// (`linear_bf16_d8`, `..._swiglu_d8`: one token tile per CTA, two register buffers of 4
+/// super-steps a warp); the same bits as the general entries.
 pub(crate) const LINEAR_DECODE_ROWS: usize = 8;
 /// Most warps per block of the grouped decode products (`linear_bf16_group`,
 /// `linear_bf16_swiglu`, the `__launch_bounds__(256)` of linear.cu); their slice jobs (at most
