@@ -9,13 +9,14 @@
 #        bench ab peer serve conc big summary
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
-# Everything is printed and also written under $OUT (when set) as <stage>.log.
+# Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
+# (the device tool's folder, which returns at most 8 files) they also land in $OUT/logs.tar.
 set -uo pipefail
 B=${B:-.gpu/tensorfold}
 W=${WORK:-/tmp/tfgpu}
 export TENSORFOLD_CACHE=$W/cache TENSORFOLD_BIN=$B
-mkdir -p "$W" "${OUT:-$W/out}"
-OUTD=${OUT:-$W/out}
+OUTD=$W/out
+mkdir -p "$W" "$OUTD"
 log() { echo "== $* ($(date +%T))"; }
 stage_synth() {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -103,3 +104,4 @@ for s in "$@"; do
   "stage_$s" 2>&1 | tee "$OUTD/$s.log"
 done
 log done
+if [ -n "${OUT:-}" ]; then tar -C "$OUTD" -cf "$OUT/logs.tar" .; fi
