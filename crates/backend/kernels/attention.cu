@@ -160,6 +160,89 @@ struct Args {
     float scale;
 };
 
+// Shared by the general CTA (attend) and the decode CTA (attend_dec, attention_dec.cu).
+
+// q of `mrows` M-rows into qs ([mrows][LD]): M-row mr is row mr / G of the tile at head
+// g G + mr % G; zero where the row is unused.
+template <int HD>
+__device__ __forceinline__ void load_q(bf16* qs, const Args& A, const Tile& tile, u32 g, u32 G,
+                                       u32 mrows) {
+    constexpr int LD = HD + 8;
+    for (u32 i = threadIdx.x; i < mrows * (HD / 8); i += 32 * WARPS) {
+        const u32 mr = i / (HD / 8), c = i % (HD / 8);
+        const u32 ri = mr / G;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (ri < tile.nr)
+            v = *(const uint4*)(A.q + ((u64)(tile.b + ri) * A.heads + g * G + mr % G) * HD + c * 8);
+        *(uint4*)(qs + mr * LD + c * 8) = v;
+    }
+}
+
+// Positions of this thread's two M-rows mr0 + lane / 4 (+ 8) (-1: unused).
+__device__ __forceinline__ void row_positions(int (&prow)[2], const Args& A, const Tile& tile,
+                                              u32 G, u32 mr0, u32 lane) {
+    for (int k = 0; k < 2; k++) {
+        const u32 mr = mr0 + lane / 4 + 8 * k, ri = mr / G;
+        prow[k] = ri < tile.nr ? (int)A.positions[tile.b + ri] : -1;
+    }
+}
+
+// Where kv head g of layer A.layer lies in the pool, for load_kv: the sequence's block table,
+// a K/V plane, a block's stride and the head's K offset in a block (V: + plane).
+struct KvAt {
+    const u32* table;
+    u64 plane, base, gofs;
+};
+template <int HD>
+__device__ __forceinline__ KvAt kv_at(const Args& A, const Tile& tile, u32 g) {
+    KvAt at;
+    at.table = A.tables + A.row_table[tile.b];
+    at.plane = (u64)A.kvh * A.bs * HD;
+    at.base = (u64)A.layers * 2 * at.plane;
+    at.gofs = (u64)A.layer * 2 * at.plane + (u64)g * A.bs * HD;
+    return at;
+}
+
+// s += Q K^T of the 16 M-rows from m0 of qs and the TK positions of a K tile (ks).
+template <int HD, int NB>
+__device__ __forceinline__ void qk_tile(float (&s)[NB][4], const bf16* qs, u32 m0, const bf16* ks,
+                                        u32 lane) {
+    constexpr int LD = HD + 8;
+#pragma unroll
+    for (int k0 = 0; k0 < HD; k0 += 32) {
+        u32 qa[4], qb[4];
+        const bf16* qrow = qs + (m0 + (lane % 8) + ((lane / 8) % 2) * 8) * LD + k0 + (lane / 16) * 8;
+        ldsm_x4(qa, qrow);
+        ldsm_x4(qb, qrow + 16);
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) {
+            u32 kb[4];
+            ldsm_x4(kb, ks + (nb * 8 + lane % 8) * LD + k0 + (lane / 8) * 8);
+            mma16816(s[nb], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
+            mma16816(s[nb], qb[0], qb[1], qb[2], qb[3], kb[2], kb[3]);
+        }
+    }
+}
+
+// Row k (0: M-row lane / 4, 1: + 8) of tile t's scores: scaled, positions past prow masked to
+// NEG, in place; returns the row's maximum (over the quad of lanes that hold it).
+template <int NB>
+__device__ __forceinline__ float mask_max(float (&s)[NB][4], int k, u32 t, int prow, float scale,
+                                          u32 lane, float NEG) {
+    float tmax = NEG;
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int j = (int)(t * TK) + nb * 8 + (lane % 4) * 2 + e;
+            const float v = j <= prow ? __fmul_rn(s[nb][2 * k + e], scale) : NEG;
+            s[nb][2 * k + e] = v;
+            tmax = fmaxf(tmax, v);
+        }
+    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+    return fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+}
+
 template <int HD>
 __device__ void attend(const Args& A) {
     constexpr int ND = HD / 8;  // 8-wide dim blocks of the output
@@ -181,25 +264,14 @@ __device__ void attend(const Args& A) {
         if (z0 >= nz) return;
     }
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    // q of the 64 M-rows (zero where unused).
-    for (u32 i = threadIdx.x; i < MROWS * (HD / 8); i += 32 * WARPS) {
-        const u32 mr = i / (HD / 8), c = i % (HD / 8);
-        const u32 ri = mr / G;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (ri < tile.nr)
-            v = *(const uint4*)(A.q + ((u64)(tile.b + ri) * A.heads + g * G + mr % G) * HD + c * 8);
-        *(uint4*)(qs + mr * LD + c * 8) = v;
-    }
-    // This thread's two M-rows: 16 warp + lane / 4 (+ 8); their positions (-1: unused).
+    load_q<HD>(qs, A, tile, g, G, MROWS);
+    // This thread's two M-rows: 16 warp + lane / 4 (+ 8).
     int prow[2];
-    for (int k = 0; k < 2; k++) {
-        const u32 mr = 16 * warp + lane / 4 + 8 * k, ri = mr / G;
-        prow[k] = ri < tile.nr ? (int)A.positions[tile.b + ri] : -1;
-    }
+    row_positions(prow, A, tile, G, 16 * warp, lane);
     const bool active = (16 * warp) / G < tile.nr;  // the warp holds a used M-row
-    const u32* table = A.tables + A.row_table[tile.b];
-    const u64 plane = (u64)A.kvh * A.bs * HD;
-    const u64 base = (u64)A.layers * 2 * plane, gofs = (u64)A.layer * 2 * plane + (u64)g * A.bs * HD;
+    const KvAt at = kv_at<HD>(A, tile, g);
+    const u32* table = at.table;
+    const u64 plane = at.plane, base = at.base, gofs = at.gofs;
     const float NEG = -__int_as_float(0x7f800000);
     float M[2] = {NEG, NEG}, L[2] = {0.0f, 0.0f}, O[ND][4];
     float m[2], l[2], o[ND][4];
@@ -219,22 +291,7 @@ __device__ void attend(const Args& A) {
         float s[NB][4];
 #pragma unroll
         for (int nb = 0; nb < NB; nb++) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
-        if (active) {
-#pragma unroll
-            for (int k0 = 0; k0 < HD; k0 += 32) {
-                u32 qa[4], qb[4];
-                const bf16* qrow = qs + (16 * warp + (lane % 8) + ((lane / 8) % 2) * 8) * LD + k0 + (lane / 16) * 8;
-                ldsm_x4(qa, qrow);
-                ldsm_x4(qb, qrow + 16);
-#pragma unroll
-                for (int nb = 0; nb < NB; nb++) {
-                    u32 kb[4];
-                    ldsm_x4(kb, ks + (nb * 8 + lane % 8) * LD + k0 + (lane / 8) * 8);
-                    mma16816(s[nb], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
-                    mma16816(s[nb], qb[0], qb[1], qb[2], qb[3], kb[2], kb[3]);
-                }
-            }
-        }
+        if (active) qk_tile<HD, NB>(s, qs, 16 * warp, ks, lane);
         __syncthreads();  // every warp is done with K
         if (t + 1 < t1) load_kv<HD>(ks, A.pool, table, t + 1, tile.n, base, gofs, A.bs);
         cp_commit();
@@ -242,18 +299,7 @@ __device__ void attend(const Args& A) {
         float alpha[2];
 #pragma unroll
         for (int k = 0; k < 2; k++) {
-            float tmax = NEG;
-#pragma unroll
-            for (int nb = 0; nb < NB; nb++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int j = (int)(t * TK) + nb * 8 + (lane % 4) * 2 + e;
-                    const float v = j <= prow[k] ? __fmul_rn(s[nb][2 * k + e], A.scale) : NEG;
-                    s[nb][2 * k + e] = v;
-                    tmax = fmaxf(tmax, v);
-                }
-            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+            const float tmax = mask_max<NB>(s, k, t, prow[k], A.scale, lane, NEG);
             const float mn = fmaxf(m[k], tmax);
             const float mu = mn == NEG ? 0.0f : mn;
             alpha[k] = fexp(__fsub_rn(m[k], mu));

@@ -49,26 +49,16 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0) {
     float* tsm = tmx + DT * DROWS;        // [tile][M-row]
     const u32 G = A.heads / A.kvh;
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const u32* table = A.tables + A.row_table[tile.b];
-    const u64 plane = (u64)A.kvh * A.bs * HD;
-    const u64 base = (u64)A.layers * 2 * plane, gofs = (u64)A.layer * 2 * plane + (u64)g * A.bs * HD;
+    const KvAt at = kv_at<HD>(A, tile, g);
+    const u32* table = at.table;
+    const u64 plane = at.plane, base = at.base, gofs = at.gofs;
     const u32 t0 = z0 * DT, t1 = min(t0 + DT, (tile.n + TK - 1) / TK), nt = t1 - t0;
     for (u32 t = t0; t < t1; t++) load_kv<HD>(kv + (t - t0) * TK * LD, A.pool, table, t, tile.n, base, gofs, A.bs);
     cp_commit();
     prefetch_v<HD>(A.pool, table, t0, t1, tile.n, base, gofs + plane, A.bs);
-    for (u32 i = threadIdx.x; i < DROWS * (HD / 8); i += 32 * WARPS) {
-        const u32 mr = i / (HD / 8), c = i % (HD / 8);
-        const u32 ri = mr / G;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (ri < tile.nr)
-            v = *(const uint4*)(A.q + ((u64)(tile.b + ri) * A.heads + g * G + mr % G) * HD + c * 8);
-        *(uint4*)(qs + mr * LD + c * 8) = v;
-    }
+    load_q<HD>(qs, A, tile, g, G, DROWS);
     int prow[2];
-    for (int k = 0; k < 2; k++) {
-        const u32 mr = lane / 4 + 8 * k, ri = mr / G;
-        prow[k] = ri < tile.nr ? (int)A.positions[tile.b + ri] : -1;
-    }
+    row_positions(prow, A, tile, G, 0, lane);
     const float NEG = -__int_as_float(0x7f800000);
     cp_wait0();
     __syncthreads();
@@ -79,34 +69,10 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0) {
         const bf16* ks = kv + warp * TK * LD;
 #pragma unroll
         for (int nb = 0; nb < NB; nb++) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
-#pragma unroll
-        for (int k0 = 0; k0 < HD; k0 += 32) {
-            u32 qa[4], qb[4];
-            const bf16* qrow = qs + ((lane % 8) + ((lane / 8) % 2) * 8) * LD + k0 + (lane / 16) * 8;
-            ldsm_x4(qa, qrow);
-            ldsm_x4(qb, qrow + 16);
-#pragma unroll
-            for (int nb = 0; nb < NB; nb++) {
-                u32 kb[4];
-                ldsm_x4(kb, ks + (nb * 8 + lane % 8) * LD + k0 + (lane / 8) * 8);
-                mma16816(s[nb], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
-                mma16816(s[nb], qb[0], qb[1], qb[2], qb[3], kb[2], kb[3]);
-            }
-        }
+        qk_tile<HD, NB>(s, qs, 0, ks, lane);
 #pragma unroll
         for (int k = 0; k < 2; k++) {
-            float tmax = NEG;
-#pragma unroll
-            for (int nb = 0; nb < NB; nb++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int j = (int)(t * TK) + nb * 8 + (lane % 4) * 2 + e;
-                    const float v = j <= prow[k] ? __fmul_rn(s[nb][2 * k + e], A.scale) : NEG;
-                    s[nb][2 * k + e] = v;
-                    tmax = fmaxf(tmax, v);
-                }
-            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+            const float tmax = mask_max<NB>(s, k, t, prow[k], A.scale, lane, NEG);
             if (lane % 4 == 0) tmx[warp * DROWS + lane / 4 + 8 * k] = tmax;
         }
     }
@@ -240,15 +206,19 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0) {
 }
 
 // Dynamic shared memory: (MROWS + 2 TK) rows of HD + 8 bf16.
+// The entry points' parameters (the host's argument order) and their Args, with `MODE`.
+#define ATTN_PARAMS                                                                           \
+    const bf16 *q, const bf16 *pool, bf16 *out, float *partial, const u32 *positions,         \
+        const u32 *row_table, const u32 *tables, u32 rows, u32 layers, u32 layer, u32 heads,  \
+        u32 kvh, u32 bs, u32 mode, u32 nsplit, float scale
+#define ATTN_ARGS(MODE)                                                                       \
+    const Args a = {q,      pool,  out,   partial, positions, row_table, tables, rows,        \
+                    layers, layer, heads, kvh,     bs,        MODE,      nsplit, scale}
 #define ATTN_ENTRY(NAME, HD)                                                                 \
-    extern "C" __global__ void __launch_bounds__(32 * WARPS) NAME(                             \
-        const bf16* q, const bf16* pool, bf16* out, float* partial, const u32* positions,     \
-        const u32* row_table, const u32* tables, u32 rows, u32 layers, u32 layer, u32 heads,  \
-        u32 kvh, u32 bs, u32 mode, u32 nsplit, float scale) {                                \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS) NAME(ATTN_PARAMS) {             \
         pdl_wait();                                                                          \
         pdl_launch();                                                                        \
-        const Args a = {q,      pool,  out,   partial, positions, row_table, tables, rows,    \
-                        layers, layer, heads, kvh,     bs,        mode,      nsplit, scale};  \
+        ATTN_ARGS(mode);                                                                     \
         attend<HD>(a);                                                                       \
     }
 ATTN_ENTRY(attention_hd64, 64)
@@ -260,14 +230,10 @@ ATTN_ENTRY(attention_hd256, 256)
 // with mode 1; the same bits either way; attention_combine merges the splits after. Dynamic
 // shared memory: max(dec_smem, attend()'s).
 #define DEC_ENTRY(NAME, HD)                                                                  \
-    extern "C" __global__ void __launch_bounds__(32 * WARPS) NAME(                             \
-        const bf16* q, const bf16* pool, bf16* out, float* partial, const u32* positions,     \
-        const u32* row_table, const u32* tables, u32 rows, u32 layers, u32 layer, u32 heads,  \
-        u32 kvh, u32 bs, u32 mode, u32 nsplit, float scale) {                                \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS) NAME(ATTN_PARAMS) {             \
         pdl_wait();                                                                          \
         pdl_launch();                                                                        \
-        const Args a = {q,      pool,  out,   partial, positions, row_table, tables, rows,    \
-                        layers, layer, heads, kvh,     bs,        1,         nsplit, scale};  \
+        ATTN_ARGS(1);                                                                        \
         const u32 G = heads / kvh, b = rows - 1 - blockIdx.x / kvh, g = blockIdx.x % kvh;    \
         const Tile tile = row_tile(positions, row_table, b, rows, MROWS / G);                 \
         if (tile.nr == 0 || blockIdx.z >= (tile.n + SPLIT - 1) / SPLIT) return;               \
