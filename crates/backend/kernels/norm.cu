@@ -59,9 +59,15 @@ extern "C" __global__ void __launch_bounds__(1024) add_rms_norm(
     const u64 base = (u64)blockIdx.x * group;
     const u32 T = blockDim.x;
     float sq = 0.0f;
+    // Stores bf16(a + b) at element e and adds its square; the stored value is kept in a
+    // register (st_act stores rbf(v)), not read back.
+    auto add_one = [&](u32 e, float a, float b) {
+        st_act(acc, base + e, acc_f32, a + b);
+        const float v = rbf(a + b);
+        sq = fmaf(v, v, sq);
+    };
     u32 i = threadIdx.x;
-    // Four elements a pass with every load issued before the first store; the stored bf16(sum)
-    // is kept in a register (st_act stores rbf(v)), not read back.
+    // Four elements a pass with every load issued before the first store.
     for (; i + 3 * T < group; i += 4 * T) {
         float a[4], b[4];
 #pragma unroll
@@ -70,17 +76,8 @@ extern "C" __global__ void __launch_bounds__(1024) add_rms_norm(
             b[j] = ld_act(x, base + i + j * T, x_f32);
         }
 #pragma unroll
-        for (u32 j = 0; j < 4; j++) {
-            st_act(acc, base + i + j * T, acc_f32, a[j] + b[j]);
-            const float v = rbf(a[j] + b[j]);
-            sq = fmaf(v, v, sq);
-        }
+        for (u32 j = 0; j < 4; j++) add_one(i + j * T, a[j], b[j]);
     }
-    for (; i < group; i += T) {
-        const float sum = ld_act(acc, base + i, acc_f32) + ld_act(x, base + i, x_f32);
-        st_act(acc, base + i, acc_f32, sum);
-        const float v = rbf(sum);
-        sq = fmaf(v, v, sq);
-    }
+    for (; i < group; i += T) add_one(i, ld_act(acc, base + i, acc_f32), ld_act(x, base + i, x_f32));
     rms_norm_finish(sq, acc, acc_f32, w, out, out_f32, base, group, eps);
 }
