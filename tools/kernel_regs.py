@@ -4,8 +4,9 @@ without a GPU: compiles the family's files under crates/backend/kernels (common.
 prepended, as the backend does; a family of two files, e.g. attention.cu attention_dec.cu,
 names both in order) with NVRTC from the pip wheel that scripts/nvrtc-wheels.sh installs.
 
-usage: tools/kernel_regs.py linear.cu [more.cu ...] [sm_90a]
-The figures are the compiler's; occupancy and speed still need the GPU machine.
+usage: tools/kernel_regs.py linear.cu [more.cu ...] [sm_90a] [--ptx=OUT.ptx]
+The figures are the compiler's; occupancy and speed still need the GPU machine. --ptx writes
+the unit's PTX (to compare two versions of a kernel: same PTX, same machine code).
 """
 import ctypes
 import os
@@ -32,7 +33,8 @@ def main() -> int:
     lib = ctypes.CDLL(lib_path)
     kernels = os.path.join(ROOT, "crates/backend/kernels")
     files = [a for a in sys.argv[1:] if a.endswith(".cu")]
-    archs = [a for a in sys.argv[1:] if not a.endswith(".cu")]
+    ptx_out = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--ptx=")]
+    archs = [a for a in sys.argv[1:] if not a.endswith(".cu") and not a.startswith("--")]
     with open(os.path.join(kernels, "common.cuh")) as f:
         src = f.read() + "\n"
     for name in files:
@@ -57,6 +59,12 @@ def main() -> int:
             print(f"{entry:36s} {line.split(':', 1)[1].strip()}")
         elif "error" in line.lower():
             print(line)
+    if rc == 0 and ptx_out:
+        lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
+        ptx = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetPTX(prog, ptx)
+        with open(ptx_out[0], "wb") as f:
+            f.write(ptx.value)
     return 0 if rc == 0 else 1
 
 

@@ -16,6 +16,15 @@
 // buffers hold V; q (16 rows); the weight pieces in mma A-fragment order; tile maxima, sums.
 #define DT (SPLIT / TK)
 #define DROWS 16
+// TF_ATTN_TRACE=1 (a measurement build only, through TENSORFOLD_KERNEL_DEFINES): thread 0 of
+// the CTA of kv head 0, split 0, row tile 0 prints the SM clock between the phases of its
+// layer-3 calls (`attn-trace` lines: pdl wait, row tile, K issue, V prefetch + q, K wait, QK,
+// V issue, softmax, V wait, P V, write). Off, the code is compiled out.
+#ifndef TF_ATTN_TRACE
+#define TF_ATTN_TRACE 0
+#endif
+#define TRACE_AT(I) \
+    if (TF_ATTN_TRACE) tr[I] = clock64()
 
 template <int HD>
 __host__ __device__ constexpr u32 dec_smem() {
@@ -36,7 +45,7 @@ __device__ __forceinline__ void prefetch_v(const bf16* pool, const u32* table, u
 }
 
 template <int HD>
-__device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0) {
+__device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, long long* tr) {
     constexpr int NB = TK / 8;
     constexpr int LD = HD + 8;
     constexpr int NP = HD / 16;  // 16-wide dim pairs of the output
@@ -55,13 +64,16 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0) {
     const u32 t0 = z0 * DT, t1 = min(t0 + DT, (tile.n + TK - 1) / TK), nt = t1 - t0;
     for (u32 t = t0; t < t1; t++) load_kv<HD>(kv + (t - t0) * TK * LD, A.pool, table, t, tile.n, base, gofs, A.bs);
     cp_commit();
+    TRACE_AT(3);
     prefetch_v<HD>(A.pool, table, t0, t1, tile.n, base, gofs + plane, A.bs);
     load_q<HD>(qs, A, tile, g, G, DROWS);
     int prow[2];
     row_positions(prow, A, tile, G, 0, lane);
     const float NEG = -__int_as_float(0x7f800000);
+    TRACE_AT(4);
     cp_wait0();
     __syncthreads();
+    TRACE_AT(5);
     // Scores of tile t0 + warp, masked and scaled; the tile maxima to shared memory.
     float s[NB][4];
     const u32 t = t0 + warp;
@@ -77,9 +89,11 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0) {
         }
     }
     __syncthreads();  // K is consumed: its buffers take V
+    TRACE_AT(6);
     for (u32 u = t0; u < t1; u++)
         load_kv<HD>(kv + (u - t0) * TK * LD, A.pool, table, u, tile.n, base, gofs + plane, A.bs);
     cp_commit();
+    TRACE_AT(7);
     // Weights of tile t0 + warp: the running max (attend()'s chain up to this tile), p, row sums.
     if (warp < nt) {
 #pragma unroll
@@ -118,8 +132,10 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0) {
                 for (int r = 0; r < 4; r++) pw[((kk * 3 + piece) * 4 + r) * 32 + lane] = a[r][piece];
         }
     }
+    TRACE_AT(8);
     cp_wait0();
     __syncthreads();
+    TRACE_AT(9);
     // P V for this warp's dim pairs; (m, l) chains and alpha per tile as attend().
     constexpr int MYP = (NP + WARPS - 1) / WARPS;
     float o[MYP][2][4];
@@ -171,6 +187,7 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0) {
             }
         }
     }
+    TRACE_AT(10);
     // Write: the output (a row needing one split) or the split's partial, as attend().
     for (int k = 0; k < 2; k++) {
         if (prow[k] < 0) continue;
@@ -226,19 +243,34 @@ ATTN_ENTRY(attention_hd96, 96)
 ATTN_ENTRY(attention_hd128, 128)
 ATTN_ENTRY(attention_hd256, 256)
 
+// TF_ATTN_TRACE: the phase lengths in SM cycles (see TRACE_AT).
+__device__ __forceinline__ void trace_print(const long long* tr, u32 layer) {
+    if (layer != 3 || blockIdx.x != 0 || blockIdx.z != 0 || threadIdx.x != 0) return;
+    printf("attn-trace %d %d %d %d %d %d %d %d %d %d %d\n", (int)(tr[1] - tr[0]), (int)(tr[2] - tr[1]),
+           (int)(tr[3] - tr[2]), (int)(tr[4] - tr[3]), (int)(tr[5] - tr[4]), (int)(tr[6] - tr[5]),
+           (int)(tr[7] - tr[6]), (int)(tr[8] - tr[7]), (int)(tr[9] - tr[8]), (int)(tr[10] - tr[9]),
+           (int)(tr[11] - tr[10]));
+}
+
 // Split mode (decode): row tiles of at most DROWS M-rows take attend_dec, larger ones attend()
 // with mode 1; the same bits either way; attention_combine merges the splits after. Dynamic
 // shared memory: max(dec_smem, attend()'s).
 #define DEC_ENTRY(NAME, HD)                                                                  \
     extern "C" __global__ void __launch_bounds__(32 * WARPS) NAME(ATTN_PARAMS) {             \
+        long long tr[12];                                                                    \
+        TRACE_AT(0);                                                                         \
         pdl_wait();                                                                          \
         pdl_launch();                                                                        \
+        TRACE_AT(1);                                                                         \
         ATTN_ARGS(1);                                                                        \
         const u32 G = heads / kvh, b = rows - 1 - blockIdx.x / kvh, g = blockIdx.x % kvh;    \
         const Tile tile = row_tile(positions, row_table, b, rows, MROWS / G);                 \
         if (tile.nr == 0 || blockIdx.z >= (tile.n + SPLIT - 1) / SPLIT) return;               \
-        if (tile.nr * G <= DROWS) attend_dec<HD>(a, tile, g, blockIdx.z);                     \
+        TRACE_AT(2);                                                                         \
+        if (tile.nr * G <= DROWS) attend_dec<HD>(a, tile, g, blockIdx.z, tr);                 \
         else attend<HD>(a);                                                                  \
+        TRACE_AT(11);                                                                        \
+        if (TF_ATTN_TRACE) trace_print(tr, layer);                                           \
     }
 DEC_ENTRY(attention_dec_hd64, 64)
 DEC_ENTRY(attention_dec_hd96, 96)
