@@ -8,7 +8,9 @@
 //!   take the fused kernels, large calls the tiled GEMM fallback). A control: other inputs
 //!   give other outputs, so the comparison can fail.
 //! - `fused_decode_profile_llama3_8b`: microseconds per op at one row (weights cycled out of
-//!   L2) fused vs unfused, and a graphed 32-layer step in the fused form. Prints only.
+//!   L2) fused vs unfused, a graphed 32-layer step in the fused form, and what attention,
+//!   `rope_kv_store` and the norms cost inside that step (the step minus the step without
+//!   them; attention by position and pool size). Prints only.
 //!
 //! Both need an NVIDIA GPU and are ignored elsewhere; on the GPU machine:
 //! `cargo test --release -p tf-backend --test cuda_fused -- --ignored --nocapture`.
@@ -20,7 +22,7 @@ use common::{random_bf16, random_vector, random_weight, Rng};
 use tf_backend::batch::KvGeometry;
 use tf_backend::cuda::{CudaBackend, CudaTensor, CudaWeight};
 use tf_backend::{
-    ActDType, AddNormArgs, AttnArgs, Backend, LinearPart, NormArgs, RopeArgs, SwigluArgs,
+    ActDType, AddNormArgs, AttnArgs, Backend, LinearPart, NormArgs, RopeKvArgs, SwigluArgs,
 };
 use tf_checkpoint::spec::RopeStyle;
 use tf_checkpoint::{DType, TensorFormat};
@@ -216,7 +218,49 @@ fn fused_decode_profile_llama3_8b() {
     });
     println!("add_rms_norm: {:.1} us", dt * 1e6);
     let ws = Weights { wq, wk, wv, wo, wg, wu, wd, norm };
-    graphed_fused_step(&g, &ws);
+    let full = graphed_fused_step(&g, &ws, Skip::default());
+    // What each non-product op costs inside the graphed chain: the step without it.
+    let marginal = |what: &str, skip: Skip| {
+        let base = graphed_fused_step(&g, &ws, Skip { attention: false, ..skip });
+        let dt = graphed_fused_step(&g, &ws, skip);
+        println!("  {what}: {:.1} us a layer", (base - dt) * 1e6 / 32.0);
+    };
+    println!("marginal cost in the graphed step (full minus the step without):");
+    // Attention by position and pool size (the split grid is sized by the pool's capacity).
+    for (pos, blocks) in [(300, 512), (300, 24), (200, 24), (1000, 512), (4000, 512)] {
+        let at = Skip { attention: true, pos, blocks, ..Skip::default() };
+        marginal(&format!("attention at position {pos}, pool of {blocks} blocks"), at);
+    }
+    // A pool of 4 layers that the 32 layers share (layer l % 4): a block's stride in the pool
+    // is layers x (K and V of every head), so this packs a split's blocks 8x closer.
+    let at = Skip { attention: true, pool_layers: 4, ..Skip::default() };
+    marginal("attention at position 300, 512 blocks of a 4-layer pool", at);
+    marginal("rope_kv_store", Skip { rope_kv: true, ..Skip::default() });
+    marginal("both add_rms_norm", Skip { norms: true, ..Skip::default() });
+    let all = Skip { attention: true, rope_kv: true, norms: true, ..Skip::default() };
+    println!(
+        "  all three kinds: {:.1} us a layer",
+        (full - graphed_fused_step(&g, &ws, all)) * 1e6 / 32.0
+    );
+}
+
+/// A profiling step's row position and KV pool size, and the ops it leaves out (the values
+/// are then meaningless; only the time counts).
+#[derive(Clone, Copy)]
+struct Skip {
+    pos: u32,
+    blocks: usize,
+    pool_layers: usize,
+    attention: bool,
+    rope_kv: bool,
+    norms: bool,
+}
+
+impl Default for Skip {
+    fn default() -> Self {
+        let (attention, rope_kv, norms) = (false, false, false);
+        Skip { pos: 300, blocks: 512, pool_layers: 32, attention, rope_kv, norms }
+    }
 }
 
 struct Weights {
@@ -230,12 +274,17 @@ struct Weights {
     norm: CudaWeight,
 }
 
-/// A graphed 32-layer llama3-8b step at one row (position 300), as family/llama.rs issues it
-/// now (fused ops), with the lm_head.
-fn graphed_fused_step(g: &CudaBackend, w: &Weights) {
+/// A graphed 32-layer llama3-8b step at one row, as family/llama.rs issues it now (fused
+/// ops), with the lm_head, at `skip`'s position and pool, less its ops; seconds a step.
+fn graphed_fused_step(g: &CudaBackend, w: &Weights, skip: Skip) -> f64 {
     let (h, kvd, inter, vocab, hd) = (4096usize, 1024usize, 14336usize, 128256usize, 128usize);
-    let geom =
-        KvGeometry { layers: 32, kv_heads: 8, head_dim: hd, block_size: 16, num_blocks: 512 };
+    let geom = KvGeometry {
+        layers: skip.pool_layers,
+        kv_heads: 8,
+        head_dim: hd,
+        block_size: 16,
+        num_blocks: skip.blocks,
+    };
     let mut kv = g.alloc_kv(&geom).unwrap();
     let b1 = |c| bf(g, 1, c);
     let (mut hid, mut nrm, mut q, mut k, mut v) = (b1(h), b1(h), b1(h), b1(kvd), b1(kvd));
@@ -243,7 +292,9 @@ fn graphed_fused_step(g: &CudaBackend, w: &Weights) {
         (b1(h), b1(h), b1(inter), b1(inter), b1(inter));
     let mut lo = g.alloc(ActDType::F32, 1, vocab).unwrap();
     let (rope, embed, head) = (flat(g, 4096, hd), flat(g, 1000, h), flat(g, vocab, h));
-    let meta = decode_step_meta();
+    let mut meta = decode_step_meta();
+    meta.positions[0] = skip.pos;
+    meta.seqs[0].block_table = (0..(skip.pos / 16 + 1).min(skip.blocks as u32)).collect();
     let (norm, eps) = (&w.norm, 1e-5);
     let mut step = || {
         let b = g.prepare_batch(&meta).unwrap();
@@ -254,7 +305,7 @@ fn graphed_fused_step(g: &CudaBackend, w: &Weights) {
             if l == 0 {
                 g.rms_norm(NormArgs { x: &hid, weight: norm, eps, group: h, out: &mut nrm })
                     .unwrap();
-            } else {
+            } else if !skip.norms {
                 let (acc, x, out) = (&mut hid, &pr, &mut nrm);
                 g.add_rms_norm(AddNormArgs { acc, x, weight: norm, eps, group: h, out }).unwrap();
             }
@@ -265,16 +316,27 @@ fn graphed_fused_step(g: &CudaBackend, w: &Weights) {
             ];
             g.linear_group(&nrm, &mut parts).unwrap();
             let (style, table) = (RopeStyle::Neox, &rope);
-            g.rope(RopeArgs { x: &mut q, heads: 32, head_dim: hd, style, table, batch: &b })
+            if !skip.rope_kv {
+                g.rope_kv_store(RopeKvArgs {
+                    q: &mut q,
+                    k: &mut k,
+                    v: &v,
+                    kv: &mut kv,
+                    layer: l % skip.pool_layers,
+                    heads: 32,
+                    kv_heads: 8,
+                    head_dim: hd,
+                    style,
+                    table,
+                    batch: &b,
+                })
                 .unwrap();
-            g.rope(RopeArgs { x: &mut k, heads: 8, head_dim: hd, style, table, batch: &b })
-                .unwrap();
-            g.kv_store(&mut kv, l, &k, &v, &b).unwrap();
+            }
             let (kv_heads, scale) = (8, 0.088);
             let a = AttnArgs {
                 q: &q,
                 kv: &kv,
-                layer: l,
+                layer: l % skip.pool_layers,
                 batch: &b,
                 heads: 32,
                 kv_heads,
@@ -282,10 +344,14 @@ fn graphed_fused_step(g: &CudaBackend, w: &Weights) {
                 scale,
                 out: &mut at,
             };
-            g.attention(a).unwrap();
+            if !skip.attention {
+                g.attention(a).unwrap();
+            }
             g.linear(&at, &w.wo[c], None, &mut pr).unwrap();
             let (acc, x, out) = (&mut hid, &pr, &mut nrm);
-            g.add_rms_norm(AddNormArgs { acc, x, weight: norm, eps, group: h, out }).unwrap();
+            if !skip.norms {
+                g.add_rms_norm(AddNormArgs { acc, x, weight: norm, eps, group: h, out }).unwrap();
+            }
             let (gate, up, out) = (&mut ga, &mut up_, &mut act);
             g.linear_swiglu(SwigluArgs {
                 x: &nrm,
@@ -307,9 +373,11 @@ fn graphed_fused_step(g: &CudaBackend, w: &Weights) {
     step();
     let dt = per_call(g, 100, &mut step);
     println!(
-        "graphed fused 32-layer step, 1 row at position 300: {:.3} ms = {:.0} tok/s; {:?}",
+        "graphed fused 32-layer step, 1 row at position {}: {:.3} ms = {:.0} tok/s; {:?}",
+        skip.pos,
         dt * 1e3,
         1.0 / dt,
         g.graph_stats()
     );
+    dt
 }
