@@ -156,7 +156,7 @@ struct Args {
     const u32* positions;
     const u32* row_table;
     const u32* tables;
-    u32 rows, layers, layer, heads, kvh, bs, mode, nsplit;
+    u32 rows, bstride, loff, heads, kvh, bs, mode, nsplit;  // bstride, loff: kv.cu's layout
     float scale;
 };
 
@@ -187,8 +187,9 @@ __device__ __forceinline__ void row_positions(int (&prow)[2], const Args& A, con
     }
 }
 
-// Where kv head g of layer A.layer lies in the pool, for load_kv: the sequence's block table,
-// a K/V plane, a block's stride and the head's K offset in a block (V: + plane).
+// Where kv head g of the call's layer lies in the pool (region b * bstride + loff of block b,
+// kv.cu's layout), for load_kv: the sequence's block table, a K/V plane, a block's stride and
+// the head's K offset in a block (V: + plane).
 struct KvAt {
     const u32* table;
     u64 plane, base, gofs;
@@ -198,8 +199,8 @@ __device__ __forceinline__ KvAt kv_at(const Args& A, const Tile& tile, u32 g) {
     KvAt at;
     at.table = A.tables + A.row_table[tile.b];
     at.plane = (u64)A.kvh * A.bs * HD;
-    at.base = (u64)A.layers * 2 * at.plane;
-    at.gofs = (u64)A.layer * 2 * at.plane + (u64)g * A.bs * HD;
+    at.base = (u64)A.bstride * 2 * at.plane;
+    at.gofs = (u64)A.loff * 2 * at.plane + (u64)g * A.bs * HD;
     return at;
 }
 
@@ -244,7 +245,7 @@ __device__ __forceinline__ float mask_max(float (&s)[NB][4], int k, u32 t, int p
 }
 
 template <int HD>
-__device__ void attend(const Args& A) {
+__device__ void attend(const Args& A, u32 zs = 0xffffffffu) {  // zs: mode 1's split (~0: blockIdx.z)
     constexpr int ND = HD / 8;  // 8-wide dim blocks of the output
     constexpr int NB = TK / 8;  // 8-wide position blocks of a score tile
     constexpr int LD = HD + 8;
@@ -259,7 +260,7 @@ __device__ void attend(const Args& A) {
     const u32 nz = (tile.n + SPLIT - 1) / SPLIT;
     u32 z0 = 0, z1 = nz;
     if (A.mode == 1) {
-        z0 = blockIdx.z;
+        z0 = zs == 0xffffffffu ? blockIdx.z : zs;
         z1 = z0 + 1;
         if (z0 >= nz) return;
     }

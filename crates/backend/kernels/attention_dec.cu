@@ -18,8 +18,9 @@
 #define DROWS 16
 // TF_ATTN_TRACE=1 (a measurement build only, through TENSORFOLD_KERNEL_DEFINES): thread 0 of
 // the CTA of kv head 0, split 0, row tile 0 prints the SM clock between the phases of its
-// layer-3 calls (`attn-trace` lines: pdl wait, row tile, K issue, V prefetch + q, K wait, QK,
-// V issue, softmax, V wait, P V, write). Off, the code is compiled out.
+// calls with loff 3 (layer 3 in the block-major pool): `attn-trace` lines of pdl wait, row
+// tile, K issue, V prefetch + q, K wait, QK, V issue, softmax, V wait, P V, write. Off, the
+// code is compiled out.
 #ifndef TF_ATTN_TRACE
 #define TF_ATTN_TRACE 0
 #endif
@@ -226,11 +227,11 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, long 
 // The entry points' parameters (the host's argument order) and their Args, with `MODE`.
 #define ATTN_PARAMS                                                                           \
     const bf16 *q, const bf16 *pool, bf16 *out, float *partial, const u32 *positions,         \
-        const u32 *row_table, const u32 *tables, u32 rows, u32 layers, u32 layer, u32 heads,  \
+        const u32 *row_table, const u32 *tables, u32 rows, u32 bstride, u32 loff, u32 heads,   \
         u32 kvh, u32 bs, u32 mode, u32 nsplit, float scale
 #define ATTN_ARGS(MODE)                                                                       \
     const Args a = {q,      pool,  out,   partial, positions, row_table, tables, rows,        \
-                    layers, layer, heads, kvh,     bs,        MODE,      nsplit, scale}
+                    bstride, loff, heads, kvh,     bs,        MODE,      nsplit, scale}
 #define ATTN_ENTRY(NAME, HD)                                                                 \
     extern "C" __global__ void __launch_bounds__(32 * WARPS) NAME(ATTN_PARAMS) {             \
         pdl_wait();                                                                          \
@@ -244,13 +245,34 @@ ATTN_ENTRY(attention_hd128, 128)
 ATTN_ENTRY(attention_hd256, 256)
 
 // TF_ATTN_TRACE: the phase lengths in SM cycles (see TRACE_AT).
-__device__ __forceinline__ void trace_print(const long long* tr, u32 layer) {
-    if (layer != 3 || blockIdx.x != 0 || blockIdx.z != 0 || threadIdx.x != 0) return;
+__device__ __forceinline__ void trace_print(const long long* tr, u32 loff) {
+    if (loff != 3 || blockIdx.x != 0 || blockIdx.z != 0 || threadIdx.x != 0) return;
     printf("attn-trace %d %d %d %d %d %d %d %d %d %d %d\n", (int)(tr[1] - tr[0]), (int)(tr[2] - tr[1]),
            (int)(tr[3] - tr[2]), (int)(tr[4] - tr[3]), (int)(tr[5] - tr[4]), (int)(tr[6] - tr[5]),
            (int)(tr[7] - tr[6]), (int)(tr[8] - tr[7]), (int)(tr[9] - tr[8]), (int)(tr[10] - tr[9]),
            (int)(tr[11] - tr[10]));
 }
+
+// The splits a split-mode CTA computes. By default the grid's z extent is the pool's split
+// count and CTA z computes split z. With TF_SPLIT_LOOP=1 (through TENSORFOLD_KERNEL_DEFINES,
+// which the host reads too: `attention::split_grid`) the host bounds the z extent by the row
+// count and the SM count, and CTA z computes splits z, z + gridDim.z, ... below the tile's
+// split count, one after another: the same arithmetic per split, fewer CTAs that find no work.
+#ifndef TF_SPLIT_LOOP
+#define TF_SPLIT_LOOP 0
+#endif
+#if TF_SPLIT_LOOP
+#define DEC_SPLITS(HD)                                                                       \
+    for (u32 z = blockIdx.z; z < (tile.n + SPLIT - 1) / SPLIT; z += gridDim.z) {            \
+        if (z != blockIdx.z) __syncthreads(); /* the last split is done with shared memory */ \
+        if (tile.nr * G <= DROWS) attend_dec<HD>(a, tile, g, z, tr);                         \
+        else attend<HD>(a, z);                                                               \
+    }
+#else
+#define DEC_SPLITS(HD)                                                                       \
+    if (tile.nr * G <= DROWS) attend_dec<HD>(a, tile, g, blockIdx.z, tr);                    \
+    else attend<HD>(a);
+#endif
 
 // Split mode (decode): row tiles of at most DROWS M-rows take attend_dec, larger ones attend()
 // with mode 1; the same bits either way; attention_combine merges the splits after. Dynamic
@@ -267,10 +289,9 @@ __device__ __forceinline__ void trace_print(const long long* tr, u32 layer) {
         const Tile tile = row_tile(positions, row_table, b, rows, MROWS / G);                 \
         if (tile.nr == 0 || blockIdx.z >= (tile.n + SPLIT - 1) / SPLIT) return;               \
         TRACE_AT(2);                                                                         \
-        if (tile.nr * G <= DROWS) attend_dec<HD>(a, tile, g, blockIdx.z, tr);                 \
-        else attend<HD>(a);                                                                  \
+        DEC_SPLITS(HD)                                                                       \
         TRACE_AT(11);                                                                        \
-        if (TF_ATTN_TRACE) trace_print(tr, layer);                                           \
+        if (TF_ATTN_TRACE) trace_print(tr, loff);                                            \
     }
 DEC_ENTRY(attention_dec_hd64, 64)
 DEC_ENTRY(attention_dec_hd96, 96)

@@ -36,7 +36,7 @@ extern "C" __global__ void __launch_bounds__(256) rope_kv_store(
     bf16* q, bf16* k, const bf16* __restrict__ v, const bf16* __restrict__ table,
     const u32* __restrict__ positions, u32 heads, u32 kvh, u32 hd, int interleaved,
     bf16* __restrict__ pool, const u32* __restrict__ row_table, const u32* __restrict__ tables,
-    u32 layers, u32 layer, u32 bs) {
+    u32 bstride, u32 loff, u32 bs) {
     pdl_wait();
     pdl_launch();
     const u32 r = blockIdx.x, half = hd / 2;
@@ -45,7 +45,7 @@ extern "C" __global__ void __launch_bounds__(256) rope_kv_store(
     const u64 blk = tables[row_table[r] + pos / bs];
     const u32 slot = pos % bs;
     const u64 plane = (u64)kvh * bs * hd;
-    const u64 kp = (blk * layers + layer) * 2 * plane;
+    const u64 kp = (blk * bstride + loff) * 2 * plane;  // kv.cu's layout
     const u32 first = blockIdx.y * blockDim.x, step = gridDim.y * blockDim.x;
     for (u32 idx = first + threadIdx.x; idx < (heads + kvh) * half; idx += step) {
         const u32 h = idx / half, i = idx % half;

@@ -77,8 +77,8 @@ pub(crate) fn kv_store(
         batch.ptr(s, batch.at.row_table),
         batch.ptr(s, batch.at.tables),
     );
-    let dims =
-        [g.layers as u32, layer as u32, g.kv_heads as u32, g.head_dim as u32, g.block_size as u32];
+    let (bstride, loff) = kv.region("kv_store", layer)?;
+    let dims = [bstride, loff, g.kv_heads as u32, g.head_dim as u32, g.block_size as u32];
     let cfg =
         LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     let mut args: Vec<KArg> = vec![pool.into(), kp.into(), kf.into(), vp.into(), vf.into()];
@@ -141,6 +141,32 @@ fn entry_for(head_dim: usize) -> Result<(&'static str, &'static str)> {
 fn decode_entries_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("TENSORFOLD_DECODE_ATTN").map_or(true, |v| v != "0"))
+}
+
+/// Whether the decode entries loop over splits (`TF_SPLIT_LOOP=1` in
+/// `TENSORFOLD_KERNEL_DEFINES`, which NVRTC gets too): then the split grid may be bounded.
+/// An A/B switch, read once.
+fn split_loop() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| super::compile::kernel_define("TF_SPLIT_LOOP").is_some_and(|v| v != "0"))
+}
+
+/// The z extent of a split-mode grid of the decode entries: one CTA per split of the pool, or,
+/// when those CTAs loop over splits (`looped`), two CTAs an SM over the call's (row tile, kv
+/// head) pairs, at least one and at most every split. The pool's split count is the most a
+/// row may need; a CTA that finds no split of its row exits. A function of the row count and
+/// the geometry only (graph capture).
+pub(crate) fn split_grid(
+    rows: usize,
+    kv_heads: usize,
+    nsplit: usize,
+    sms: usize,
+    looped: bool,
+) -> usize {
+    if !looped {
+        return nsplit;
+    }
+    (2 * sms).div_ceil((rows * kv_heads).max(1)).clamp(1, nsplit.max(1))
 }
 
 /// The split-partial layout of a pool: (rows that may run in split mode, splits per row).
@@ -218,10 +244,11 @@ fn launch(
         batch.ptr(s, batch.at.row_table),
         batch.ptr(s, batch.at.tables),
     );
+    let (bstride, loff) = a.kv.region("attention", a.layer)?;
     let dims = [
         rows as u32,
-        g.layers as u32,
-        a.layer as u32,
+        bstride,
+        loff,
         a.heads as u32,
         a.kv_heads as u32,
         g.block_size as u32,
@@ -233,8 +260,12 @@ fn launch(
     } else {
         (walk_entry, attention_smem(a.head_dim))
     };
+    let z = match (split_mode, dec) {
+        (false, _) => 1,
+        (true, looped) => split_grid(rows, a.kv_heads, nsplit, be.sms, looped && split_loop()),
+    };
     let cfg = LaunchConfig {
-        grid_dim: ((rows * a.kv_heads) as u32, 1, if split_mode { nsplit as u32 } else { 1 }),
+        grid_dim: ((rows * a.kv_heads) as u32, 1, z as u32),
         block_dim: (128, 1, 1),
         shared_mem_bytes: smem,
     };
@@ -276,7 +307,8 @@ pub(crate) fn read_kv(
     let (mut k, mut v) = (vec![0f32; len * kvh * hd], vec![0f32; len * kvh * hd]);
     let mut planes = vec![0u16; 2 * kv.plane];
     for (bi, &blk) in block_table[..len.div_ceil(bs)].iter().enumerate() {
-        let off = (blk as usize * g.layers + layer) * 2 * kv.plane;
+        let (bstride, loff) = kv.layout.region(g, layer);
+        let off = (blk as usize * bstride + loff) * 2 * kv.plane;
         let view = kv.buf.slice(off..off + 2 * kv.plane);
         be.stream.memcpy_dtoh(&view, &mut planes).map_err(drv("read_kv"))?;
         be.stream.synchronize().map_err(drv("read_kv"))?;
@@ -293,4 +325,21 @@ pub(crate) fn read_kv(
         }
     }
     Ok((k, v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_grid;
+
+    /// The bounded grid: two CTAs an SM over the call's (row, kv head) pairs, within
+    /// 1..=nsplit; unbounded, one CTA per split of the pool.
+    #[test]
+    fn split_grid_bounds_the_z_extent_by_rows_and_sms() {
+        assert_eq!(split_grid(1, 8, 160, 132, true), 33);
+        assert_eq!(split_grid(16, 8, 160, 132, true), 3);
+        assert_eq!(split_grid(32, 8, 160, 132, true), 2);
+        assert_eq!(split_grid(1, 8, 2, 132, true), 2);
+        assert_eq!(split_grid(64, 64, 160, 132, true), 1);
+        assert_eq!(split_grid(1, 8, 160, 132, false), 160);
+    }
 }

@@ -67,6 +67,20 @@ pub fn options(arch: &str, unit: &str) -> Vec<String> {
     o
 }
 
+/// The value `TENSORFOLD_KERNEL_DEFINES` gives knob `name` ("" for a bare `NAME`), for the
+/// few knobs whose launches the host must match (`TF_SPLIT_LOOP`).
+pub fn kernel_define(name: &str) -> Option<String> {
+    define_in(&std::env::var("TENSORFOLD_KERNEL_DEFINES").ok()?, name)
+}
+
+fn define_in(defs: &str, name: &str) -> Option<String> {
+    defs.split_whitespace().find_map(|d| match d.split_once('=') {
+        Some((n, v)) if n == name => Some(v.to_string()),
+        None if d == name => Some(String::new()),
+        _ => None,
+    })
+}
+
 /// The `-D` options of `defs` (space-separated `NAME` or `NAME=VALUE`) whose NAME `unit`
 /// mentions; entries without a name (`=3`) are dropped.
 fn defines_for(defs: &str, unit: &str) -> Vec<String> {
@@ -101,7 +115,15 @@ pub fn nvrtc_version() -> Result<(i32, i32), String> {
 /// Compiles `family` for `arch` to a CUBIN. `Err` holds NVRTC's log.
 /// NVRTC must have been opened (`loader::nvrtc`).
 pub fn compile(family: &Family, arch: &str) -> Result<Vec<u8>, String> {
+    compile_with(family, arch, "")
+}
+
+/// [`compile`] with knobs `defs` (as `TENSORFOLD_KERNEL_DEFINES` gives them) on top of the
+/// environment's: lets a test compile the knobs' variants.
+pub fn compile_with(family: &Family, arch: &str, defs: &str) -> Result<Vec<u8>, String> {
     let unit = family.unit();
+    let mut opts = options(arch, &unit);
+    opts.extend(defines_for(defs, &unit));
     let src =
         CString::new(unit.as_str()).map_err(|_| format!("{}.cu holds a NUL byte", family.name))?;
     let name = CString::new(format!("{}.cu", family.name)).map_err(|e| e.to_string())?;
@@ -110,7 +132,7 @@ pub fn compile(family: &Family, arch: &str) -> Result<Vec<u8>, String> {
     // SAFETY: `prog` was just created from `src`/`name`, which outlive it; it is destroyed
     // once below and not used after.
     unsafe {
-        let out = match nvrtc::compile_program(prog, &options(arch, &unit)) {
+        let out = match nvrtc::compile_program(prog, &opts) {
             Ok(()) => cubin(prog).map_err(|e| format!("{}.cu: nvrtcGetCUBIN: {e}", family.name)),
             Err(e) => Err(format!("{}.cu for {arch}: {e}\n{}", family.name, log(prog))),
         };
@@ -191,7 +213,7 @@ pub fn cubin_cached(dir: Option<&Path>, family: &Family, arch: &str) -> Result<V
 
 #[cfg(test)]
 mod tests {
-    use super::defines_for;
+    use super::{define_in, defines_for};
 
     #[test]
     fn defines_reach_only_the_families_that_mention_them() {
@@ -202,5 +224,14 @@ mod tests {
         );
         assert!(defines_for("TF_D8_U=6", "// no knobs here").is_empty());
         assert!(defines_for("", unit).is_empty());
+    }
+
+    #[test]
+    fn the_host_reads_a_knob_as_nvrtc_gets_it() {
+        let defs = "TF_D8_U=6 TF_SPLIT_LOOP=1 TF_X";
+        assert_eq!(define_in(defs, "TF_SPLIT_LOOP").as_deref(), Some("1"));
+        assert_eq!(define_in(defs, "TF_X").as_deref(), Some(""));
+        assert_eq!(define_in(defs, "TF_SPLIT"), None);
+        assert_eq!(define_in("", "TF_SPLIT_LOOP"), None);
     }
 }

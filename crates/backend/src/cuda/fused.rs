@@ -251,7 +251,8 @@ pub(crate) fn rope_kv_store(be: &CudaBackend, a: RopeKvArgs<'_, CudaBackend>) ->
     args.push(dptr(&kv.buf, s).into());
     args.push(batch.ptr(s, batch.at.row_table).into());
     args.push(batch.ptr(s, batch.at.tables).into());
-    let dims = [g.layers as u32, a.layer as u32, g.block_size as u32];
+    let (bstride, loff) = kv.region("rope_kv_store", a.layer)?;
+    let dims = [bstride, loff, g.block_size as u32];
     args.extend(dims.map(KArg::U32));
     // One row's pairs over ROPE_KV_PARTS CTAs: a decode row is latency-bound in one CTA.
     be.launch("rope_kv_store", ops::cfg((rows as u32, ROPE_KV_PARTS, 1), 256), &args)

@@ -33,7 +33,7 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DriverError, LaunchConf
 use tf_checkpoint::TensorView;
 
 pub use graph::GraphStats;
-pub use tensor::{CudaBatch, CudaKv, CudaTensor, CudaWeight, WeightKind};
+pub use tensor::{CudaBatch, CudaKv, CudaTensor, CudaWeight, KvLayout, WeightKind};
 
 use crate::batch::{BatchMeta, KvGeometry};
 use crate::error::{BackendError, Result};
@@ -86,6 +86,8 @@ pub struct CudaBackend {
     /// Launch with programmatic stream serialization (sm_90+, `TENSORFOLD_PDL=0` turns it
     /// off): a kernel may start while the previous one finishes (`graph.rs` `launch_now`).
     pub(crate) pdl: bool,
+    /// Streaming multiprocessors (sizes the bounded attention split grid).
+    pub(crate) sms: usize,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -126,6 +128,9 @@ impl CudaBackend {
             )));
         }
         let device_name = ctx.name().map_err(drv("device name"))?;
+        let sm_attr =
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
+        let sms = ctx.attribute(sm_attr).map_err(drv("SM count"))?.max(1) as usize;
         let stream = ctx.new_stream().map_err(drv("creating a stream"))?;
         let arch = compile::arch_for(cc);
         let reg = kernels::Registry::new(ctx.clone(), arch.clone(), cfg.kernel_cache);
@@ -144,6 +149,7 @@ impl CudaBackend {
                 std::env::var("TENSORFOLD_CUDA_GRAPHS").is_ok_and(|v| v == "0"),
             )),
             pdl: cc.0 >= 9 && std::env::var("TENSORFOLD_PDL").map_or(true, |v| v != "0"),
+            sms,
         })
     }
 
@@ -326,7 +332,7 @@ impl Backend for CudaBackend {
         let (total, plane) = CudaKv::sizes(geom)?;
         let mut buf = self.raw::<u16>(total, &format!("KV pool {geom:?}"))?;
         self.stream.memset_zeros(&mut buf).map_err(drv("zeroing the KV pool"))?;
-        Ok(CudaKv { geom: *geom, buf, plane })
+        Ok(CudaKv { geom: *geom, buf, plane, layout: KvLayout::from_env() })
     }
 
     fn prepare_batch(&self, meta: &BatchMeta) -> Result<CudaBatch> {

@@ -205,12 +205,45 @@ pub(crate) fn plan_weight(view: &TensorView) -> Result<(WeightKind, Option<Vec<f
     }
 }
 
+/// How the pool orders its regions (a K plane, then a V plane) of (block, layer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvLayout {
+    /// Every layer of a block together (region `block * layers + layer`): the default.
+    BlockMajor,
+    /// Every block of a layer together (region `layer * blocks + block`): a sequence's blocks
+    /// of one layer lie 2 planes apart instead of 2 x layers planes (2 MB on llama3-8b).
+    LayerMajor,
+}
+
+impl KvLayout {
+    /// `TENSORFOLD_KV_LAYOUT=layer` picks [`KvLayout::LayerMajor`], anything else (or unset)
+    /// block-major: an A/B switch for measurements (the values stored and read are the same,
+    /// only their addresses differ). Read once.
+    pub(crate) fn from_env() -> KvLayout {
+        static LAYOUT: std::sync::OnceLock<KvLayout> = std::sync::OnceLock::new();
+        *LAYOUT.get_or_init(|| match std::env::var("TENSORFOLD_KV_LAYOUT").as_deref() {
+            Ok("layer") => KvLayout::LayerMajor,
+            _ => KvLayout::BlockMajor,
+        })
+    }
+
+    /// (bstride, loff): the region of (block b, `layer`) is `b * bstride + loff`, counted in
+    /// regions of 2 planes. The kernels (kv.cu, rope.cu, attention.cu) take exactly these.
+    pub(crate) fn region(self, g: &KvGeometry, layer: usize) -> (usize, usize) {
+        match self {
+            KvLayout::BlockMajor => (g.layers, layer),
+            KvLayout::LayerMajor => (1, layer * g.num_blocks),
+        }
+    }
+}
+
 /// The paged KV pool of every layer (bf16).
 pub struct CudaKv {
     pub(crate) geom: KvGeometry,
     pub(crate) buf: CudaSlice<u16>,
     /// Elements of one plane: kv_heads * block_size * head_dim.
     pub(crate) plane: usize,
+    pub(crate) layout: KvLayout,
 }
 
 impl std::fmt::Debug for CudaKv {
@@ -232,6 +265,15 @@ impl CudaKv {
         match (plane, total) {
             (Some(p), Some(t)) if t > 0 && t <= u32::MAX as usize * 64 => Ok((t, p)),
             _ => Err(BackendError::shape("alloc_kv", format!("{g:?} is empty or overflows"))),
+        }
+    }
+
+    /// The kernels' (bstride, loff) of `layer` ([`KvLayout::region`]) as u32.
+    pub(crate) fn region(&self, op: &'static str, layer: usize) -> Result<(u32, u32)> {
+        let (stride, off) = self.layout.region(&self.geom, layer);
+        match (u32::try_from(stride), u32::try_from(off)) {
+            (Ok(a), Ok(b)) => Ok((a, b)),
+            _ => Err(BackendError::shape(op, format!("layer {layer} of {:?}", self.geom))),
         }
     }
 
@@ -316,5 +358,47 @@ impl CudaBatch {
             max_block = max_block.max(seq.block_table[..need].iter().copied().max());
         }
         (img, at, max_block)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KvLayout;
+    use crate::batch::KvGeometry;
+
+    const G: KvGeometry =
+        KvGeometry { layers: 5, kv_heads: 2, head_dim: 8, block_size: 4, num_blocks: 7 };
+
+    /// Whether `region` (layer -> (bstride, loff)) gives every (block, layer) its own region
+    /// inside the pool; the first clash or overflow otherwise.
+    fn own_regions(region: impl Fn(usize) -> (usize, usize)) -> Result<(), String> {
+        let mut seen = [false; G.layers * G.num_blocks];
+        for layer in 0..G.layers {
+            let (stride, off) = region(layer);
+            for b in 0..G.num_blocks {
+                let r = b * stride + off;
+                match seen.get_mut(r) {
+                    None => return Err(format!("block {b} layer {layer}: region {r} is outside")),
+                    Some(true) => return Err(format!("block {b} layer {layer}: region {r} again")),
+                    Some(s) => *s = true,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Both layouts give every (block, layer) its own region, and block-major is the layout
+    /// the kernels had before the layout became a choice (`block * layers + layer`).
+    #[test]
+    fn kv_layouts_give_every_block_and_layer_its_own_region() {
+        for layout in [KvLayout::BlockMajor, KvLayout::LayerMajor] {
+            assert_eq!(own_regions(|l| layout.region(&G, l)), Ok(()), "{layout:?}");
+        }
+        for (layer, b) in [(0, 0), (3, 6), (4, 2)] {
+            let (stride, off) = KvLayout::BlockMajor.region(&G, layer);
+            assert_eq!(b * stride + off, b * G.layers + layer);
+        }
+        // The control: stride 1 with the layer as offset reuses regions, and the check says so.
+        assert!(own_regions(|l| (1, l)).is_err());
     }
 }
