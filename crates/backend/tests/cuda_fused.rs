@@ -231,10 +231,13 @@ fn fused_decode_profile_llama3_8b() {
         let at = Skip { attention: true, pos, blocks, ..Skip::default() };
         marginal(&format!("attention at position {pos}, pool of {blocks} blocks"), at);
     }
-    // A pool of 4 layers that the 32 layers share (layer l % 4): a block's stride in the pool
-    // is layers x (K and V of every head), so this packs a split's blocks 8x closer.
-    let at = Skip { attention: true, pool_layers: 4, ..Skip::default() };
-    marginal("attention at position 300, 512 blocks of a 4-layer pool", at);
+    // Pools of 4 and 1 layers that the 32 layers share (layer l % n): a block's stride in the
+    // pool is layers x (K and V of every head), so these pack a split's blocks 8x and 32x
+    // closer (1 layer: the strides a layer-major pool would have).
+    for n in [4, 1] {
+        let at = Skip { attention: true, pool_layers: n, ..Skip::default() };
+        marginal(&format!("attention at position 300, 512 blocks of a {n}-layer pool"), at);
+    }
     marginal("rope_kv_store", Skip { rope_kv: true, ..Skip::default() });
     marginal("both add_rms_norm", Skip { norms: true, ..Skip::default() });
     let all = Skip { attention: true, rope_kv: true, norms: true, ..Skip::default() };
