@@ -6,7 +6,7 @@
 #   .gpu/torch_peer.py     ../shared/peers/torch_peer.py
 #   .whl/                  openai and its pure-Python deps (cp312 wheels), for bench_concurrent
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
-#        bench ab peer serve conc big summary
+#        bench ab attnab peer serve conc big summary
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -92,6 +92,21 @@ stage_ab() {
   for pp in 2048 8192; do TENSORFOLD_WGMMA=0 $B bench -m $W/l8b --device cuda --pp $pp --tg 0 --reps 1; done
   echo "-- TENSORFOLD_PDL=0 (prefill)"
   for pp in 2048 32768; do TENSORFOLD_PDL=0 $B bench -m $W/l8b --device cuda --pp $pp --tg 0 --reps 1; done
+}
+# Session 7's decode-attention switches (docs/ARCHITECTURE.md, CUDA section): each must give
+# check exact's fingerprints of the default (same values, other addresses or CTAs), then its
+# decode speed beside the default's, with bench's small pool and with serve's default pool
+# for llama3-8b (40,960 positions: the split grid is sized by the pool).
+stage_attnab() {
+  for env in TENSORFOLD_AB=default TENSORFOLD_KV_LAYOUT=layer TENSORFOLD_KERNEL_DEFINES=TF_SPLIT_LOOP=1; do
+    echo "-- $env"
+    env $env $B check exact -m $W/l8b --device cuda --tokens 320 | grep -o '^[A-Z]* [a-z]*:\|fingerprint [0-9a-f]*'
+    for kv in 384 40960; do
+      env $env $B bench -m $W/l8b --device cuda --pp 128 --tg 256 --reps 2 --kv-positions $kv
+    done
+  done
+  TENSORFOLD_KV_LAYOUT=layer $B contract --device cuda --like llama3-8b | grep SUMMARY
+  TENSORFOLD_KERNEL_DEFINES=TF_SPLIT_LOOP=1 $B contract --device cuda --like llama3-8b | grep SUMMARY
 }
 stage_summary() { python3 tools/gpu/summary.py "$OUTD"; }
 stage_serve() {

@@ -30,6 +30,11 @@ pub struct BenchArgs {
     /// Repetitions (each prints a line).
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
+    /// KV pool capacity in positions (default: pp + tg). A serving-sized pool (`tensorfold
+    /// plan` prints one) measures decode as `serve` runs it: some kernels size their grids by
+    /// the pool.
+    #[arg(long)]
+    pub kv_positions: Option<usize>,
     #[command(flatten)]
     pub dev: DeviceArgs,
 }
@@ -52,10 +57,14 @@ fn run_on<B: Backend + 'static>(a: BenchArgs, backend: B) -> Result<()> {
     let ckpt = Checkpoint::open(&path)?;
     let vocab = ckpt.spec.vocab_size as u64;
     let context = (a.pp + a.tg).max(1);
+    let pool = a.kv_positions.unwrap_or(context);
+    if pool < context {
+        anyhow::bail!("--kv-positions {pool} is below --pp + --tg = {context}");
+    }
     let rows = a.pp.clamp(1, 2048);
     let model =
         family::load(&ckpt, backend, LoadOptions { max_rows: rows, max_positions: context })?;
-    let mut gen = Generator::new(model, context.div_ceil(BLOCK_SIZE))?;
+    let mut gen = Generator::new(model, pool.div_ceil(BLOCK_SIZE))?;
     let load_s = t0.elapsed().as_secs_f64();
     let prompt: Vec<u32> = (0..a.pp as u64).map(|i| ((i * 7919 + 13) % vocab) as u32).collect();
     for rep in 0..a.reps {
