@@ -260,10 +260,8 @@ fn launch(
     } else {
         (walk_entry, attention_smem(a.head_dim))
     };
-    let z = match (split_mode, dec) {
-        (false, _) => 1,
-        (true, looped) => split_grid(rows, a.kv_heads, nsplit, be.sms, looped && split_loop()),
-    };
+    let looped = dec && split_loop();
+    let z = if split_mode { split_grid(rows, a.kv_heads, nsplit, be.sms, looped) } else { 1 };
     let cfg = LaunchConfig {
         grid_dim: ((rows * a.kv_heads) as u32, 1, z as u32),
         block_dim: (128, 1, 1),
@@ -306,8 +304,8 @@ pub(crate) fn read_kv(
     }
     let (mut k, mut v) = (vec![0f32; len * kvh * hd], vec![0f32; len * kvh * hd]);
     let mut planes = vec![0u16; 2 * kv.plane];
+    let (bstride, loff) = kv.layout.region(g, layer);
     for (bi, &blk) in block_table[..len.div_ceil(bs)].iter().enumerate() {
-        let (bstride, loff) = kv.layout.region(g, layer);
         let off = (blk as usize * bstride + loff) * 2 * kv.plane;
         let view = kv.buf.slice(off..off + 2 * kv.plane);
         be.stream.memcpy_dtoh(&view, &mut planes).map_err(drv("read_kv"))?;

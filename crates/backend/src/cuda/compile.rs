@@ -74,22 +74,26 @@ pub fn kernel_define(name: &str) -> Option<String> {
 }
 
 fn define_in(defs: &str, name: &str) -> Option<String> {
-    defs.split_whitespace().find_map(|d| match d.split_once('=') {
-        Some((n, v)) if n == name => Some(v.to_string()),
-        None if d == name => Some(String::new()),
-        _ => None,
+    knobs(defs).find(|(n, _)| *n == name).map(|(_, v)| v.unwrap_or("").to_string())
+}
+
+/// The entries of `defs` (space-separated `NAME` or `NAME=VALUE`) as (name, value); entries
+/// without a name (`=3`) are dropped.
+fn knobs(defs: &str) -> impl Iterator<Item = (&str, Option<&str>)> {
+    defs.split_whitespace().filter_map(|d| {
+        let (name, value) = d.split_once('=').map_or((d, None), |(n, v)| (n, Some(v)));
+        (!name.is_empty()).then_some((name, value))
     })
 }
 
-/// The `-D` options of `defs` (space-separated `NAME` or `NAME=VALUE`) whose NAME `unit`
-/// mentions; entries without a name (`=3`) are dropped.
+/// The `-D` options of `defs` whose NAME `unit` mentions.
 fn defines_for(defs: &str, unit: &str) -> Vec<String> {
-    defs.split_whitespace()
-        .filter(|d| {
-            let name = d.split('=').next().unwrap_or("");
-            !name.is_empty() && unit.contains(name)
+    knobs(defs)
+        .filter(|(name, _)| unit.contains(name))
+        .map(|(name, value)| match value {
+            Some(v) => format!("-D{name}={v}"),
+            None => format!("-D{name}"),
         })
-        .map(|d| format!("-D{d}"))
         .collect()
 }
 
