@@ -4,8 +4,8 @@ without a GPU: compiles the family's files under crates/backend/kernels (common.
 prepended, as the backend does; a family of two files, e.g. attention.cu attention_dec.cu,
 names both in order) with NVRTC from the pip wheel that scripts/nvrtc-wheels.sh installs.
 
-usage: tools/kernel_regs.py linear.cu [more.cu ...] [sm_90a] [--ptx=OUT.ptx]
-The figures are the compiler's; occupancy and speed still need the GPU machine. --ptx writes
+usage: tools/kernel_regs.py linear.cu [more.cu ...] [sm_90a] [--ptx=OUT.ptx] [-DNAME=VALUE ...]
+-D passes a tuning knob as TENSORFOLD_KERNEL_DEFINES does (e.g. -DTF_SPLIT=64). The figures are the compiler's; occupancy and speed still need the GPU machine. --ptx writes
 the unit's PTX (to compare two versions of a kernel: same PTX, same machine code).
 """
 import ctypes
@@ -34,7 +34,8 @@ def main() -> int:
     kernels = os.path.join(ROOT, "crates/backend/kernels")
     files = [a for a in sys.argv[1:] if a.endswith(".cu")]
     ptx_out = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--ptx=")]
-    archs = [a for a in sys.argv[1:] if not a.endswith(".cu") and not a.startswith("--")]
+    defines = [a.encode() for a in sys.argv[1:] if a.startswith("-D")]
+    archs = [a for a in sys.argv[1:] if not a.endswith(".cu") and not a.startswith("-")]
     with open(os.path.join(kernels, "common.cuh")) as f:
         src = f.read() + "\n"
     for name in files:
@@ -45,7 +46,7 @@ def main() -> int:
     if lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"k.cu", 0, None, None) != 0:
         print("nvrtcCreateProgram failed", file=sys.stderr)
         return 1
-    opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"-Xptxas=-v"]
+    opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"-Xptxas=-v"] + defines
     rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
     size = ctypes.c_size_t()
     lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))

@@ -13,7 +13,7 @@
 //   (acc starts at +0), then * scale; positions j > p are -inf (a select, so K past p is
 //   never used);
 // - KV tiles of TK = 64 positions at absolute multiples of 64, in increasing order, grouped in
-//   splits of S = 256 positions (absolute). Per split an online softmax from (m, l, o) =
+//   splits of S = 128 positions (absolute; TF_SPLIT below). Per split an online softmax from (m, l, o) =
 //   (-inf, 0, 0): tile max by fmaxf (order-free), m' = max(m, tmax), alpha = exp(m - m'),
 //   p_j = exp(s_j - m') (m' = -inf is taken as 0, so a fully masked split stays (-inf, 0, 0)),
 //   l = l * alpha + rowsum (each thread sums its 16 columns in column order, then a quad
@@ -36,8 +36,19 @@
 // (cp.async zero-fill, no pool read), so stale or NaN pool memory never meets a 0 weight.
 // Rows of the same call at positions <= the tile's last one are written KV (finite in any sane
 // model; a non-finite V value written in this call would reach earlier rows as 0 * inf).
+// TF_SPLIT (a measurement knob through TENSORFOLD_KERNEL_DEFINES, which the host reads too):
+// positions a split, 64, 128 (the default) or 256. It is part of the definition above (where
+// the online softmax restarts and the merge happens), so another value gives other bits, the
+// same for every path (prefill, decode, alone or batched) since every path uses it. 128 since
+// 2026-12-01: H200, one decode row of llama3-8b's heads (tests/cuda_attention.rs, bulk-copy
+// loads), 8.85 / 8.79 / 10.12 / 16.68 us a call at 128 / 384 / 1,024 / 4,096 positions against
+// 9.12 / 12.74 / 12.90 / 17.18 with 256 (more CTAs share a row's KV loads); 64 was faster to
+// 1,024 (8.00 / 9.04 / 10.95) but slower at 4,096 (25.53: two waves of CTAs).
+#ifndef TF_SPLIT
+#define TF_SPLIT 128
+#endif
 #define TK 64
-#define SPLIT 256
+#define SPLIT TF_SPLIT
 #define WARPS 4
 #define MROWS 64
 

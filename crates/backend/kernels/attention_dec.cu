@@ -14,7 +14,11 @@
 // Per element every operation and operand is attend()'s, so the bits are the same; only
 // which warp issues it changes. Shared memory: DT tiles of K, then (after QK) the same
 // buffers hold V; q (16 rows); the weight pieces in mma A-fragment order; tile maxima, sums.
+// With at most 2 tiles a split (TF_SPLIT <= 128) V has buffers of its own and is loaded with
+// K, one load latency instead of two (the same values in the same places).
 #define DT (SPLIT / TK)
+#define DEC_VSEP (DT <= 2)
+#define DEC_KVT (DEC_VSEP ? 2 * DT : DT)
 #define DROWS 16
 // TF_ATTN_TRACE=1 (a measurement build only, through TENSORFOLD_KERNEL_DEFINES): thread 0 of
 // the CTA of kv head 0, split 0, row tile 0 prints the SM clock between the phases of its
@@ -27,10 +31,77 @@
 #define TRACE_AT(I) \
     if (TF_ATTN_TRACE) tr[I] = clock64()
 
+// TF_DEC_TMA (a knob through TENSORFOLD_KERNEL_DEFINES; 1, the default, takes effect on sm_90+):
+// the decode CTA loads K and V rows with bulk copies (cp.async.bulk, the TMA unit: one 2 HD-byte
+// copy a valid row, completing on an mbarrier of the CTA) instead of 16-byte cp.async per
+// thread (TF_DEC_TMA=0, and before sm_90); rows past the tile's last valid position are zeroed
+// by plain stores, as cp.async's zero-fill did. The same values land in the same places (check
+// exact's fingerprints unchanged). H200, splits of 256, one decode row of llama3-8b's heads:
+// 9.12 / 12.74 / 12.90 / 17.18 us a call at 128 / 384 / 1,024 / 4,096 positions, against 11.89
+// / 18.10 / 18.75 / 23.23 with cp.async (a CTA's cp.async loads ran at ~5 bytes a cycle).
+#ifndef TF_DEC_TMA
+#define TF_DEC_TMA 1
+#endif
+#if TF_DEC_TMA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define DEC_TMA 1
+#else
+#define DEC_TMA 0
+#endif
+
+// Bytes of the decode CTA's shared memory before its two mbarriers (16 bytes after it; the
+// host reserves them in every build).
 template <int HD>
 __host__ __device__ constexpr u32 dec_smem() {
-    return (DT * TK + DROWS) * (HD + 8) * 2 + DT * (TK / 16) * 3 * 4 * 32 * 4 + DT * DROWS * 2 * 4;
+    return (DEC_KVT * TK + DROWS) * (HD + 8) * 2 + DT * (TK / 16) * 3 * 4 * 32 * 4 + DT * DROWS * 2 * 4;
 }
+
+#if DEC_TMA
+__device__ __forceinline__ void mbar_init(u64* bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
+}
+// Orders this thread's earlier shared-memory accesses (generic proxy) before its later bulk
+// copies (async proxy) and makes an mbarrier's initialization visible to them.
+__device__ __forceinline__ void fence_async() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_expect(u64* bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
+    u32 done = 0;
+    while (!done)
+        asm volatile(
+            "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+            "selp.u32 %0, 1, 0, p;\n\t}"
+            : "=r"(done)
+            : "r"(smem_u32(bar)), "r"(parity)
+            : "memory");
+}
+// Rows [t0 TK, t1 TK) of the tile's K (or V, gofs + plane) into dst (row stride HD + 8) by bulk
+// copies completing on `bar`, rows >= n zeroed; thread 0 arms `bar` with the copies' bytes.
+template <int HD>
+__device__ __forceinline__ void load_kv_bulk(bf16* dst, const bf16* pool, const u32* table, u32 t0,
+                                             u32 t1, u32 n, u64 base, u64 gofs, u32 bs, u64* bar) {
+    fence_async();
+    if (threadIdx.x == 0) mbar_expect(bar, (min(t1 * TK, n) - t0 * TK) * HD * 2);
+    for (u32 i = threadIdx.x; i < (t1 - t0) * TK; i += 32 * WARPS) {
+        const u32 j = t0 * TK + i;
+        bf16* row = dst + i * (HD + 8);
+        if (j < n) {
+            const bf16* src = pool + (u64)table[j / bs] * base + gofs + (u64)(j % bs) * HD;
+            asm volatile(
+                "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                    smem_u32(row)),
+                "l"(src), "r"(HD * 2), "r"(smem_u32(bar))
+                : "memory");
+        } else {
+#pragma unroll
+            for (int c = 0; c < HD / 8; c++) *(uint4*)(row + c * 8) = make_uint4(0, 0, 0, 0);
+        }
+    }
+}
+#endif
 
 // Asks L2 for V rows [t0 TK, min(t1 TK, n)) of the tile's sequence (a hint; sm_90+).
 template <int HD>
@@ -45,34 +116,65 @@ __device__ __forceinline__ void prefetch_v(const bf16* pool, const u32* table, u
     }
 }
 
+// `it`: how many splits this CTA computed before (TF_SPLIT_LOOP), the mbarriers' phase.
 template <int HD>
-__device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, long long* tr) {
+__device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, u32 it, long long* tr) {
     constexpr int NB = TK / 8;
     constexpr int LD = HD + 8;
     constexpr int NP = HD / 16;  // 16-wide dim pairs of the output
     constexpr int PF = (TK / 16) * 3 * 4 * 32;  // weight-piece words per tile
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bf16* kv = (bf16*)smem_raw;   // DT tiles x TK rows x LD: K, then V
-    bf16* qs = kv + DT * TK * LD;  // DROWS x LD
+    bf16* kv = (bf16*)smem_raw;   // DT tiles x TK rows x LD: K, then V (DEC_VSEP: V after K)
+    bf16* vbuf = kv + (DEC_VSEP ? DT * TK * LD : 0);
+    bf16* qs = kv + DEC_KVT * TK * LD;  // DROWS x LD
     u32* pf = (u32*)(qs + DROWS * LD);  // [tile][kk][piece][reg][lane]
     float* tmx = (float*)(pf + DT * PF);  // [tile][M-row]
     float* tsm = tmx + DT * DROWS;        // [tile][M-row]
+#if DEC_TMA
+    u64* bars = (u64*)(smem_raw + dec_smem<HD>());  // K, V
+    if (it == 0) {
+        if (threadIdx.x == 0) {
+            mbar_init(bars);
+            mbar_init(bars + 1);
+            fence_async();
+        }
+        __syncthreads();
+    }
+#endif
     const u32 G = A.heads / A.kvh;
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const KvAt at = kv_at<HD>(A, tile, g);
     const u32* table = at.table;
     const u64 plane = at.plane, base = at.base, gofs = at.gofs;
     const u32 t0 = z0 * DT, t1 = min(t0 + DT, (tile.n + TK - 1) / TK), nt = t1 - t0;
+#if DEC_TMA
+    load_kv_bulk<HD>(kv, A.pool, table, t0, t1, tile.n, base, gofs, A.bs, bars);
+    TRACE_AT(3);
+    if (DEC_VSEP) load_kv_bulk<HD>(vbuf, A.pool, table, t0, t1, tile.n, base, gofs + plane, A.bs, bars + 1);
+    else prefetch_v<HD>(A.pool, table, t0, t1, tile.n, base, gofs + plane, A.bs);
+#else
     for (u32 t = t0; t < t1; t++) load_kv<HD>(kv + (t - t0) * TK * LD, A.pool, table, t, tile.n, base, gofs, A.bs);
     cp_commit();
     TRACE_AT(3);
-    prefetch_v<HD>(A.pool, table, t0, t1, tile.n, base, gofs + plane, A.bs);
+    if (DEC_VSEP) {
+        for (u32 u = t0; u < t1; u++)
+            load_kv<HD>(vbuf + (u - t0) * TK * LD, A.pool, table, u, tile.n, base, gofs + plane, A.bs);
+        cp_commit();
+    } else {
+        prefetch_v<HD>(A.pool, table, t0, t1, tile.n, base, gofs + plane, A.bs);
+    }
+#endif
     load_q<HD>(qs, A, tile, g, G, DROWS);
     int prow[2];
     row_positions(prow, A, tile, G, 0, lane);
     const float NEG = -__int_as_float(0x7f800000);
     TRACE_AT(4);
-    cp_wait0();
+#if DEC_TMA
+    mbar_wait(bars, it & 1);
+#else
+    if (DEC_VSEP) cp_wait1();
+    else cp_wait0();
+#endif
     __syncthreads();
     TRACE_AT(5);
     // Scores of tile t0 + warp, masked and scaled; the tile maxima to shared memory.
@@ -89,11 +191,17 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, long 
             if (lane % 4 == 0) tmx[warp * DROWS + lane / 4 + 8 * k] = tmax;
         }
     }
-    __syncthreads();  // K is consumed: its buffers take V
+    __syncthreads();  // K is consumed: its buffers take V; the tile maxima are written
     TRACE_AT(6);
-    for (u32 u = t0; u < t1; u++)
-        load_kv<HD>(kv + (u - t0) * TK * LD, A.pool, table, u, tile.n, base, gofs + plane, A.bs);
-    cp_commit();
+    if (!DEC_VSEP) {
+#if DEC_TMA
+        load_kv_bulk<HD>(kv, A.pool, table, t0, t1, tile.n, base, gofs + plane, A.bs, bars + 1);
+#else
+        for (u32 u = t0; u < t1; u++)
+            load_kv<HD>(kv + (u - t0) * TK * LD, A.pool, table, u, tile.n, base, gofs + plane, A.bs);
+        cp_commit();
+#endif
+    }
     TRACE_AT(7);
     // Weights of tile t0 + warp: the running max (attend()'s chain up to this tile), p, row sums.
     if (warp < nt) {
@@ -134,7 +242,11 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, long 
         }
     }
     TRACE_AT(8);
+#if DEC_TMA
+    mbar_wait(bars + 1, it & 1);
+#else
     cp_wait0();
+#endif
     __syncthreads();
     TRACE_AT(9);
     // P V for this warp's dim pairs; (m, l) chains and alpha per tile as attend().
@@ -165,7 +277,7 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, long 
                 o[i][h][2] = __fmul_rn(o[i][h][2], alpha[1]);
                 o[i][h][3] = __fmul_rn(o[i][h][3], alpha[1]);
             }
-        const bf16* vs = kv + u * TK * LD;
+        const bf16* vs = vbuf + u * TK * LD;
         const u32* pr = pf + u * PF;
 #pragma unroll
         for (int kk = 0; kk < TK / 16; kk++) {
@@ -263,14 +375,14 @@ __device__ __forceinline__ void trace_print(const long long* tr, u32 loff) {
 #endif
 #if TF_SPLIT_LOOP
 #define DEC_SPLITS(HD)                                                                       \
-    for (u32 z = blockIdx.z; z < (tile.n + SPLIT - 1) / SPLIT; z += gridDim.z) {            \
+    for (u32 z = blockIdx.z, it = 0; z < (tile.n + SPLIT - 1) / SPLIT; z += gridDim.z, it++) { \
         if (z != blockIdx.z) __syncthreads(); /* the last split is done with shared memory */ \
-        if (tile.nr * G <= DROWS) attend_dec<HD>(a, tile, g, z, tr);                         \
+        if (tile.nr * G <= DROWS) attend_dec<HD>(a, tile, g, z, it, tr);                     \
         else attend<HD>(a, z);                                                               \
     }
 #else
 #define DEC_SPLITS(HD)                                                                       \
-    if (tile.nr * G <= DROWS) attend_dec<HD>(a, tile, g, blockIdx.z, tr);                    \
+    if (tile.nr * G <= DROWS) attend_dec<HD>(a, tile, g, blockIdx.z, 0, tr);                 \
     else attend<HD>(a);
 #endif
 
@@ -311,6 +423,9 @@ extern "C" __global__ void __launch_bounds__(128) attention_combine(
     const float* part = partial + ((u64)r * heads + h) * nsplit * (hd + 2);
     for (u32 d = threadIdx.x; d < hd; d += blockDim.x) {
         float M = part[0], L = part[1], O = part[2 + d];
+        // Unrolled so that the loads of several splits are in flight before their merges
+        // (the merges stay one sequential chain in split order).
+#pragma unroll 8
         for (u32 z = 1; z < nz; z++) {
             const float* pz = part + z * (hd + 2);
             float a, c;

@@ -119,10 +119,11 @@ fn decode_rows_equal_the_same_rows_of_a_prefill_call_bitwise() {
         let mut calls = 0;
         let mut bad = Vec::new();
         // Single rows around tile and split edges, and short chunks (row tiles of 2..5 rows).
-        let mut ends: Vec<(usize, usize)> = [0usize, 1, 63, 64, 255, 256, 257, 383, 511, 512, 1099]
-            .iter()
-            .map(|&p| (p, p + 1))
-            .collect();
+        let mut ends: Vec<(usize, usize)> =
+            [0usize, 1, 63, 64, 127, 128, 129, 255, 256, 257, 383, 511, 512, 1099]
+                .iter()
+                .map(|&p| (p, p + 1))
+                .collect();
         ends.extend([(254, 258), (380, 383), (600, 605), (1096, 1100), (0, 3)]);
         for (a, e) in ends {
             calls += 1;

@@ -46,11 +46,19 @@ fn every_kernel_family_compiles_for_sm80_sm89_sm90a() {
     println!("{n} family x arch compilations ok");
     // The measurement knobs' variants (TENSORFOLD_KERNEL_DEFINES on the GPU machine) compile
     // too, each knob set away from its default.
-    let knobs =
-        "TF_PREWAIT=0 TF_EARLY_TRIGGER=0 TF_D8_U=2 TF_NT_U=4 TF_ATTN_TRACE=1 TF_SPLIT_LOOP=1";
-    for fam in compile::FAMILIES {
-        if let Err(log) = compile::compile_with(fam, "sm_90a", knobs) {
-            failures.push(log);
+    // TF_SPLIT's other values take other decode code (V in K's buffers at 4 tiles a split), and
+    // TF_DEC_TMA=0 the cp.async loads.
+    let sets = [
+        "TF_PREWAIT=0 TF_EARLY_TRIGGER=0 TF_D8_U=2 TF_NT_U=4 TF_ATTN_TRACE=1 TF_SPLIT_LOOP=1 TF_SPLIT=64",
+        "TF_SPLIT=256 TF_DEC_TMA=0",
+        "TF_SPLIT=256 TF_SPLIT_LOOP=1",
+        "TF_DEC_TMA=0",
+    ];
+    for knobs in sets {
+        for fam in compile::FAMILIES {
+            if let Err(log) = compile::compile_with(fam, "sm_90a", knobs) {
+                failures.push(log);
+            }
         }
     }
     assert!(failures.is_empty(), "knob variants failed to compile:\n{}", failures.join("\n\n"));

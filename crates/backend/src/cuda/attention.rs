@@ -3,7 +3,7 @@
 //!
 //! Attention runs on tensor cores (design and exactness argument in attention.cu): a CTA per
 //! (row tile of one sequence, kv head), the GQA group's query heads packed on the mma's M
-//! side, KV tiles of 64 and splits of 256 positions at absolute boundaries, splits merged
+//! side, KV tiles of 64 and splits of 128 positions at absolute boundaries, splits merged
 //! sequentially. Two modes give the same bits per row: calls of at most `split_rows` rows
 //! (decode) run one CTA per split (`attention_dec_hd*`) plus `attention_combine`; larger
 //! calls (prefill) let each CTA walk every split itself (`attention_hd*`), so they need no
@@ -14,18 +14,21 @@
 //! row tiles run the general code in the same entry). head_dim 256 has no decode entry (a
 //! split's KV does not fit in shared memory): split mode runs `attention_hd256`.
 //! `TENSORFOLD_DECODE_ATTN=0` runs split mode on the general entry (an A/B switch; same bits).
-//! The decode CTA's shared memory (99,072 B at head_dim 128: the split's K tiles, which then
-//! take its V tiles, and the weights' bf16 pieces) stays under sm_89's 101,376 B opt-in
-//! limit, so V is loaded after the scores (prefetched into L2 before).
-//! Measured on an H200 (tests/cuda_attention.rs, llama3-8b heads, one row, in a graph): 11.9 /
-//! 17.8 / 18.6 / 22.9 us a call at 128 / 384 / 1,024 / 4,096 positions, was 19.1 / 28.2 /
-//! 29.0 / 33.3 us with the general entry.
+//! The decode CTA's shared memory: the split's K tiles and V tiles (with splits of 256, the
+//! `TF_SPLIT=256` knob, V takes K's buffers after the scores so that 99,088 B at head_dim 128
+//! stay under sm_89's 101,376 B opt-in limit) and the weights' bf16 pieces. On sm_90 it loads
+//! K and V rows with bulk copies (the TMA unit, `TF_DEC_TMA`, attention_dec.cu).
+//! Measured on an H200 (tests/cuda_attention.rs, llama3-8b heads, one row, in a graph),
+//! 2026-12-01: 8.85 / 8.79 / 10.12 / 16.68 us a call at 128 / 384 / 1,024 / 4,096 positions;
+//! 11.9 / 18.1 / 18.8 / 23.2 with splits of 256 and cp.async loads (session 7's kernel); 19.1 /
+//! 28.2 / 29.0 / 33.3 with the general entry (session 5).
 //! Rejected: the merge done by the last split CTA to finish (an atomic counter per row tile,
 //! no combine launch): 11.4 / 20.5 / 22.0 / 27.1 us, slower past one split, as its serial
-//! partial reads from L2 cost more than the launch they save; splits of 64 positions (more
-//! CTAs for decode, but a merge per tile adds ~10% to the prefill kernel's non-mma
-//! instructions: an estimate, not measured); 8-warp decode CTAs (the general path they also
-//! run for larger row tiles is written for 4).
+//! partial reads from L2 cost more than the launch they save; splits of 64 positions (faster
+//! to 1,024 positions, 25.5 us at 4,096: two waves of CTAs); 8-warp decode CTAs (the general
+//! path they also run for larger row tiles is written for 4); a layer-major pool
+//! (`TENSORFOLD_KV_LAYOUT=layer`: same decode speed, so a split's blocks lying 2 MB apart was
+//! not what slowed the loads).
 //!
 //! Graph safety: every launch's grid, arguments and shared memory are a function of the row
 //! count, the pool geometry, the head shape and fixed buffers, never of positions. The split
@@ -87,9 +90,11 @@ pub(crate) fn kv_store(
     be.launch("kv_store", cfg, &args)
 }
 
-/// Positions per KV split and per KV tile, query M-rows per CTA (`SPLIT`, `TK`, `MROWS` in
-/// attention.cu).
-const SPLIT: usize = 256;
+/// Positions per KV split by default, per KV tile, query M-rows per CTA (`SPLIT`, `TK`,
+/// `MROWS` in attention.cu).
+const SPLIT: usize = 128;
+/// The longest split `TF_SPLIT` may ask for (the registry's shared memory is sized for it).
+pub(crate) const MAX_SPLIT: usize = 256;
 const TK: usize = 64;
 const MROWS: usize = 64;
 /// Most rows a call may have to run in split mode (one CTA per split, then the combine).
@@ -107,14 +112,18 @@ pub(crate) const fn attention_smem(head_dim: usize) -> u32 {
     ((MROWS + 2 * TK) * (head_dim + 8) * 2) as u32
 }
 
-/// Dynamic shared memory of the split-mode entries (`attention_dec_hd*`): the larger of the
-/// decode CTA's (every KV tile of a split, 16 q rows, the weights' bf16 pieces in fragment
-/// order, tile maxima and sums: `dec_smem` in attention.cu) and `attention_smem`'s.
-pub(crate) const fn attention_dec_smem(head_dim: usize) -> u32 {
-    let tiles = SPLIT / TK;
-    let dec = (tiles * TK + DROWS) * (head_dim + 8) * 2
+/// Dynamic shared memory of the split-mode entries (`attention_dec_hd*`) for splits of
+/// `split` positions: the larger of the decode CTA's (every KV tile of a split, twice when
+/// V has buffers of its own (at most 2 tiles), 16 q rows, the weights' bf16 pieces in fragment
+/// order, tile maxima and sums: `dec_smem` in attention.cu, then two mbarriers for the
+/// `TF_DEC_TMA` build) and `attention_smem`'s. Largest at `MAX_SPLIT` (the registry's figure).
+pub(crate) const fn attention_dec_smem(head_dim: usize, split: usize) -> u32 {
+    let tiles = split / TK;
+    let buffers = if tiles <= 2 { 2 * tiles } else { tiles };
+    let dec = (buffers * TK + DROWS) * (head_dim + 8) * 2
         + tiles * (TK / 16) * 3 * 4 * 32 * 4
-        + tiles * DROWS * 2 * 4;
+        + tiles * DROWS * 2 * 4
+        + 16;
     let all = attention_smem(head_dim) as usize;
     (if dec > all { dec } else { all }) as u32
 }
@@ -141,6 +150,23 @@ fn entry_for(head_dim: usize) -> Result<(&'static str, &'static str)> {
 fn decode_entries_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("TENSORFOLD_DECODE_ATTN").map_or(true, |v| v != "0"))
+}
+
+/// Positions a KV split: `SPLIT`, or `TF_SPLIT` of `TENSORFOLD_KERNEL_DEFINES` (64, 128 or
+/// `MAX_SPLIT`; NVRTC compiles the kernels with the same define). A measurement knob: the split is
+/// part of the kernel's arithmetic definition, so another value gives other bits (the same
+/// for every path). Read once; a value the kernels cannot take is an error at launch.
+fn split_len() -> Result<usize> {
+    static LEN: std::sync::OnceLock<std::result::Result<usize, String>> =
+        std::sync::OnceLock::new();
+    let len = LEN.get_or_init(|| match super::compile::kernel_define("TF_SPLIT").as_deref() {
+        None => Ok(SPLIT),
+        Some("256") => Ok(MAX_SPLIT),
+        Some("128") => Ok(128),
+        Some("64") => Ok(64),
+        Some(v) => Err(format!("TF_SPLIT={v}: the attention kernels take 64, 128 or 256")),
+    });
+    len.clone().map_err(BackendError::Device)
 }
 
 /// Whether the decode entries loop over splits (`TF_SPLIT_LOOP=1` in
@@ -170,10 +196,10 @@ pub(crate) fn split_grid(
 }
 
 /// The split-partial layout of a pool: (rows that may run in split mode, splits per row).
-/// A function of the pool geometry and the head count only, so the partial buffer is sized
-/// once and every launch's grid is fixed by the row count (CUDA graph capture).
-fn split_plan(g: &KvGeometry, heads: usize) -> (usize, usize) {
-    let nsplit = (g.num_blocks * g.block_size).div_ceil(SPLIT).max(1);
+/// A function of the pool geometry, the head count and the split length only, so the partial
+/// buffer is sized once and every launch's grid is fixed by the row count (CUDA graph capture).
+fn split_plan(g: &KvGeometry, heads: usize, split: usize) -> (usize, usize) {
+    let nsplit = (g.num_blocks * g.block_size).div_ceil(split).max(1);
     let per_row = heads * nsplit * (g.head_dim + 2) * 4;
     // A grid's z extent is at most 65,535.
     let rows = if nsplit > 65_535 { 0 } else { PARTIAL_BUDGET / per_row.max(1) };
@@ -228,7 +254,8 @@ fn launch(
     (walk_entry, split_entry): (&'static str, &'static str),
 ) -> Result<()> {
     let g = &a.kv.geom;
-    let (split_rows, nsplit) = split_plan(g, a.heads);
+    let split = split_len()?;
+    let (split_rows, nsplit) = split_plan(g, a.heads, split);
     let split_mode = rows <= split_rows && nsplit > 1;
     let dec = split_mode && decode_entries_enabled() && split_entry != walk_entry;
     let part = if split_mode {
@@ -256,7 +283,7 @@ fn launch(
         nsplit as u32,
     ];
     let (name, smem) = if dec {
-        (split_entry, attention_dec_smem(a.head_dim))
+        (split_entry, attention_dec_smem(a.head_dim, split))
     } else {
         (walk_entry, attention_smem(a.head_dim))
     };

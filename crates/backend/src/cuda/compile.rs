@@ -68,7 +68,7 @@ pub fn options(arch: &str, unit: &str) -> Vec<String> {
 }
 
 /// The value `TENSORFOLD_KERNEL_DEFINES` gives knob `name` ("" for a bare `NAME`), for the
-/// few knobs whose launches the host must match (`TF_SPLIT_LOOP`).
+/// few knobs whose launches the host must match (`TF_SPLIT_LOOP`, `TF_SPLIT`).
 pub fn kernel_define(name: &str) -> Option<String> {
     define_in(&std::env::var("TENSORFOLD_KERNEL_DEFINES").ok()?, name)
 }

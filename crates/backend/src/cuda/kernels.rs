@@ -12,7 +12,7 @@ use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
-use super::attention::{attention_dec_smem, attention_smem};
+use super::attention::{attention_dec_smem, attention_smem, MAX_SPLIT};
 use super::compile::{self, Family, FAMILIES};
 use super::wgmma;
 use crate::error::{BackendError, Result};
@@ -132,19 +132,19 @@ pub(crate) const ENTRIES: &[Entry] = &[
         name: "attention_dec_hd64",
         family: "attention",
         threads: 128,
-        dyn_smem: attention_dec_smem(64),
+        dyn_smem: attention_dec_smem(64, MAX_SPLIT),
     },
     Entry {
         name: "attention_dec_hd96",
         family: "attention",
         threads: 128,
-        dyn_smem: attention_dec_smem(96),
+        dyn_smem: attention_dec_smem(96, MAX_SPLIT),
     },
     Entry {
         name: "attention_dec_hd128",
         family: "attention",
         threads: 128,
-        dyn_smem: attention_dec_smem(128),
+        dyn_smem: attention_dec_smem(128, MAX_SPLIT),
     },
     e("attention_combine", "attention", 128),
     e("argmax_f32", "sample", 1024),
