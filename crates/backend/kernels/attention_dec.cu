@@ -79,29 +79,57 @@ __device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
             : "memory");
 }
 // Rows [t0 TK, t1 TK) of the tile's K (or V, gofs + plane) into dst (row stride HD + 8) by bulk
-// copies completing on `bar`, rows >= n zeroed; thread 0 arms `bar` with the copies' bytes.
+// copies completing on `bar`: the valid rows (< n) at positions [lo, hi). The first pass
+// (`first`) also zeroes rows >= n and has thread 0 arm `bar` with every valid row's bytes, so
+// the rows may arrive in two passes (see TF_DEC_EARLY).
 template <int HD>
 __device__ __forceinline__ void load_kv_bulk(bf16* dst, const bf16* pool, const u32* table, u32 t0,
-                                             u32 t1, u32 n, u64 base, u64 gofs, u32 bs, u64* bar) {
+                                             u32 t1, u32 n, u64 base, u64 gofs, u32 bs, u64* bar,
+                                             u32 lo, u32 hi, bool first) {
     fence_async();
-    if (threadIdx.x == 0) mbar_expect(bar, (min(t1 * TK, n) - t0 * TK) * HD * 2);
+    if (first && threadIdx.x == 0) mbar_expect(bar, (min(t1 * TK, n) - t0 * TK) * HD * 2);
     for (u32 i = threadIdx.x; i < (t1 - t0) * TK; i += 32 * WARPS) {
         const u32 j = t0 * TK + i;
         bf16* row = dst + i * (HD + 8);
         if (j < n) {
+            if (j < lo || j >= hi) continue;
             const bf16* src = pool + (u64)table[j / bs] * base + gofs + (u64)(j % bs) * HD;
             asm volatile(
                 "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                     smem_u32(row)),
                 "l"(src), "r"(HD * 2), "r"(smem_u32(bar))
                 : "memory");
-        } else {
+        } else if (first) {
 #pragma unroll
             for (int c = 0; c < HD / 8; c++) *(uint4*)(row + c * 8) = make_uint4(0, 0, 0, 0);
         }
     }
 }
 #endif
+
+// TF_DEC_EARLY (default 1; with TF_DEC_TMA on sm_90, not with TF_SPLIT_LOOP): a decode CTA
+// issues the bulk copies of KV rows written by earlier calls BEFORE pdl_wait(), so they overlap
+// the kernel before it, when the host says (mode bit 1) that this kernel was rope_kv_store or
+// kv_store of this call's rows and layer (`CudaBackend::kv_written`). Safe because (1) that
+// predecessor calls pdl_launch() only after its own pdl_wait(), so every kernel before it has
+// completed when this CTA starts, and (2) it writes KV only at this call's rows' positions:
+// the rows below the smallest position this call has for the sequence (`call_first`) hold
+// what earlier launches wrote; those at or past it are copied after the wait.
+// The metadata read before the wait (positions, row and block tables) is written by the host
+// before the step. The same rows land in the same places, so no value changes.
+#ifndef TF_DEC_EARLY
+#define TF_DEC_EARLY 1
+#endif
+#define DEC_EARLY (DEC_TMA && TF_DEC_EARLY && !TF_SPLIT_LOOP)
+
+// The smallest position this call's rows have in the sequence of row table entry rt.
+__device__ __forceinline__ u32 call_first(const u32* positions, const u32* row_table, u32 rows,
+                                          u32 rt) {
+    u32 m = 0xffffffffu;
+    for (u32 r = 0; r < rows; r++)
+        if (row_table[r] == rt) m = min(m, positions[r]);
+    return m;
+}
 
 // Asks L2 for V rows [t0 TK, min(t1 TK, n)) of the tile's sequence (a hint; sm_90+).
 template <int HD>
@@ -117,8 +145,11 @@ __device__ __forceinline__ void prefetch_v(const bf16* pool, const u32* table, u
 }
 
 // `it`: how many splits this CTA computed before (TF_SPLIT_LOOP), the mbarriers' phase.
+// `early`: the caller has not waited for the previous kernel yet (DEC_EARLY): the rows written
+// by earlier calls are issued first, then this waits (pdl_wait, pdl_launch) and issues the rest.
 template <int HD>
-__device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, u32 it, long long* tr) {
+__device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, u32 it, long long* tr,
+                           bool early = false) {
     constexpr int NB = TK / 8;
     constexpr int LD = HD + 8;
     constexpr int NP = HD / 16;  // 16-wide dim pairs of the output
@@ -148,10 +179,21 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, u32 i
     const u64 plane = at.plane, base = at.base, gofs = at.gofs;
     const u32 t0 = z0 * DT, t1 = min(t0 + DT, (tile.n + TK - 1) / TK), nt = t1 - t0;
 #if DEC_TMA
-    load_kv_bulk<HD>(kv, A.pool, table, t0, t1, tile.n, base, gofs, A.bs, bars);
+    const u32 old = early ? call_first(A.positions, A.row_table, A.rows, A.row_table[tile.b]) : 0;
+    load_kv_bulk<HD>(kv, A.pool, table, t0, t1, tile.n, base, gofs, A.bs, bars, 0, early ? old : ~0u, true);
+    if (DEC_VSEP)
+        load_kv_bulk<HD>(vbuf, A.pool, table, t0, t1, tile.n, base, gofs + plane, A.bs, bars + 1, 0,
+                         early ? old : ~0u, true);
+    if (early) {
+        pdl_wait();
+        pdl_launch();
+        load_kv_bulk<HD>(kv, A.pool, table, t0, t1, tile.n, base, gofs, A.bs, bars, old, ~0u, false);
+        if (DEC_VSEP)
+            load_kv_bulk<HD>(vbuf, A.pool, table, t0, t1, tile.n, base, gofs + plane, A.bs, bars + 1, old,
+                             ~0u, false);
+    }
     TRACE_AT(3);
-    if (DEC_VSEP) load_kv_bulk<HD>(vbuf, A.pool, table, t0, t1, tile.n, base, gofs + plane, A.bs, bars + 1);
-    else prefetch_v<HD>(A.pool, table, t0, t1, tile.n, base, gofs + plane, A.bs);
+    if (!DEC_VSEP) prefetch_v<HD>(A.pool, table, t0, t1, tile.n, base, gofs + plane, A.bs);
 #else
     for (u32 t = t0; t < t1; t++) load_kv<HD>(kv + (t - t0) * TK * LD, A.pool, table, t, tile.n, base, gofs, A.bs);
     cp_commit();
@@ -195,7 +237,7 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, u32 i
     TRACE_AT(6);
     if (!DEC_VSEP) {
 #if DEC_TMA
-        load_kv_bulk<HD>(kv, A.pool, table, t0, t1, tile.n, base, gofs + plane, A.bs, bars + 1);
+        load_kv_bulk<HD>(kv, A.pool, table, t0, t1, tile.n, base, gofs + plane, A.bs, bars + 1, 0, ~0u, true);
 #else
         for (u32 u = t0; u < t1; u++)
             load_kv<HD>(kv + (u - t0) * TK * LD, A.pool, table, u, tile.n, base, gofs + plane, A.bs);
@@ -380,6 +422,17 @@ __device__ __forceinline__ void trace_print(const long long* tr, u32 loff) {
         if (tile.nr * G <= DROWS) attend_dec<HD>(a, tile, g, z, it, tr);                     \
         else attend<HD>(a, z);                                                               \
     }
+#elif DEC_EARLY
+#define DEC_SPLITS(HD)                                                                       \
+    if (tile.nr * G <= DROWS) {                                                              \
+        attend_dec<HD>(a, tile, g, blockIdx.z, 0, tr, early);                                \
+    } else {                                                                                 \
+        if (early) {                                                                         \
+            pdl_wait();                                                                      \
+            pdl_launch();                                                                    \
+        }                                                                                    \
+        attend<HD>(a);                                                                       \
+    }
 #else
 #define DEC_SPLITS(HD)                                                                       \
     if (tile.nr * G <= DROWS) attend_dec<HD>(a, tile, g, blockIdx.z, 0, tr);                 \
@@ -388,13 +441,20 @@ __device__ __forceinline__ void trace_print(const long long* tr, u32 loff) {
 
 // Split mode (decode): row tiles of at most DROWS M-rows take attend_dec, larger ones attend()
 // with mode 1; the same bits either way; attention_combine merges the splits after. Dynamic
-// shared memory: max(dec_smem, attend()'s).
+// shared memory: max(dec_smem, attend()'s). `mode` bit 1 (the host's: the previous launch was
+// the KV store of this call's rows and layer) allows DEC_EARLY: the wait for the previous
+// kernel then comes after the row tile (host metadata) and, in attend_dec, after the early
+// copies; a CTA without work exits without waiting (it touches nothing the previous kernel
+// writes).
 #define DEC_ENTRY(NAME, HD)                                                                  \
     extern "C" __global__ void __launch_bounds__(32 * WARPS) NAME(ATTN_PARAMS) {             \
         long long tr[12];                                                                    \
         TRACE_AT(0);                                                                         \
-        pdl_wait();                                                                          \
-        pdl_launch();                                                                        \
+        const bool early = DEC_EARLY && (mode & 2u);                                         \
+        if (!early) {                                                                        \
+            pdl_wait();                                                                      \
+            pdl_launch();                                                                    \
+        }                                                                                    \
         TRACE_AT(1);                                                                         \
         ATTN_ARGS(1);                                                                        \
         const u32 G = heads / kvh, b = rows - 1 - blockIdx.x / kvh, g = blockIdx.x % kvh;    \

@@ -54,10 +54,13 @@ __device__ __forceinline__ void mma16816(float* d, u32 a0, u32 a1, u32 a2, u32 a
 // Programmatic dependent launch (sm_90+; no-ops before). The host launches every kernel of a
 // step with programmatic stream serialization (`cuda/graph.rs`), so a kernel may START while
 // the one before it still runs. Every entry point therefore calls pdl_wait() before its first
-// global memory access other than reading immutable weights: griddepcontrol.wait returns once
-// the previous kernel has completed and its writes are visible, so what a kernel reads and
-// writes is exactly what it would be without overlap (no bit can change). pdl_launch() lets the
-// next kernel start its own pre-wait part (launch, weight prefetch) early.
+// global memory access other than reading immutable weights (and host-written step metadata;
+// the decode attention CTA's TF_DEC_EARLY copies are the one documented exception, see
+// attention_dec.cu, which relies on the KV store before it calling pdl_launch() only after its
+// own wait): griddepcontrol.wait returns once the previous kernel has completed and its writes
+// are visible, so what a kernel reads and writes is exactly what it would be without overlap
+// (no bit can change). pdl_launch() lets the next kernel start its own pre-wait part (launch,
+// weight prefetch) early.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");

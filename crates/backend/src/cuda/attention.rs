@@ -41,7 +41,7 @@
 use cudarc::driver::LaunchConfig;
 
 use super::tensor::{dptr, CudaBatch, CudaKv, CudaTensor};
-use super::{drv, CudaBackend, KArg};
+use super::{drv, CudaBackend, KArg, KvWrite};
 use crate::batch::KvGeometry;
 use crate::error::{BackendError, Result};
 use crate::{ActDType, AttnArgs};
@@ -87,7 +87,9 @@ pub(crate) fn kv_store(
     let mut args: Vec<KArg> = vec![pool.into(), kp.into(), kf.into(), vp.into(), vf.into()];
     args.extend([pos, rt, tab].map(KArg::U64));
     args.extend(dims.map(KArg::U32));
-    be.launch("kv_store", cfg, &args)
+    be.launch("kv_store", cfg, &args)?;
+    be.wrote_kv(KvWrite { pool, positions: pos, region: (bstride, loff) });
+    Ok(())
 }
 
 /// Positions per KV split by default, per KV tile, query M-rows per CTA (`SPLIT`, `TK`,
@@ -272,6 +274,11 @@ fn launch(
         batch.ptr(s, batch.at.tables),
     );
     let (bstride, loff) = a.kv.region("attention", a.layer)?;
+    // Mode bit 1 (decode entries): the previous launch wrote exactly this call's rows of this
+    // layer, so the CTAs may copy older rows before waiting for it (`TF_DEC_EARLY`).
+    let wrote = KvWrite { pool, positions: pos, region: (bstride, loff) };
+    let early =
+        dec && be.kv_written.lock().unwrap_or_else(|e| e.into_inner()).as_ref() == Some(&wrote);
     let dims = [
         rows as u32,
         bstride,
@@ -279,7 +286,7 @@ fn launch(
         a.heads as u32,
         a.kv_heads as u32,
         g.block_size as u32,
-        split_mode as u32,
+        split_mode as u32 | (early as u32) << 1,
         nsplit as u32,
     ];
     let (name, smem) = if dec {

@@ -24,7 +24,7 @@ use super::kernels::{LINEAR_DECODE_ROWS, LINEAR_GROUP_WARPS, LINEAR_MAX_SLICES, 
 use super::linear::{self, k_split};
 use super::ops::{self, check_same, norm_threads, to_u32};
 use super::tensor::{dptr, CudaTensor, CudaWeight, WeightKind};
-use super::{CudaBackend, KArg};
+use super::{CudaBackend, KArg, KvWrite};
 use crate::error::{BackendError, Result};
 use tf_checkpoint::spec::RopeStyle;
 
@@ -243,17 +243,20 @@ pub(crate) fn rope_kv_store(be: &CudaBackend, a: RopeKvArgs<'_, CudaBackend>) ->
     let u = |what, v| to_u32("rope_kv_store", what, v);
     let mut args: Vec<KArg> = [&*a.q, &*a.k, a.v].map(|t| KArg::U64(dptr(&t.buf, s))).to_vec();
     args.push(dptr(&table.buf, s).into());
-    args.push(batch.ptr(s, batch.at.positions).into());
+    let (pos, pool) = (batch.ptr(s, batch.at.positions), dptr(&kv.buf, s));
+    args.push(pos.into());
     args.extend(
         [u("heads", a.heads)?, u("kv heads", a.kv_heads)?, u("head_dim", head_dim)?].map(KArg::U32),
     );
     args.push(KArg::I32((style == RopeStyle::Interleaved) as i32));
-    args.push(dptr(&kv.buf, s).into());
+    args.push(pool.into());
     args.push(batch.ptr(s, batch.at.row_table).into());
     args.push(batch.ptr(s, batch.at.tables).into());
     let (bstride, loff) = kv.region("rope_kv_store", a.layer)?;
     let dims = [bstride, loff, g.block_size as u32];
     args.extend(dims.map(KArg::U32));
     // One row's pairs over ROPE_KV_PARTS CTAs: a decode row is latency-bound in one CTA.
-    be.launch("rope_kv_store", ops::cfg((rows as u32, ROPE_KV_PARTS, 1), 256), &args)
+    be.launch("rope_kv_store", ops::cfg((rows as u32, ROPE_KV_PARTS, 1), 256), &args)?;
+    be.wrote_kv(KvWrite { pool, positions: pos, region: (bstride, loff) });
+    Ok(())
 }

@@ -88,6 +88,19 @@ pub struct CudaBackend {
     pub(crate) pdl: bool,
     /// Streaming multiprocessors (sizes the bounded attention split grid).
     pub(crate) sms: usize,
+    /// What the last launch wrote to the KV pool if it was `kv_store` or `rope_kv_store`
+    /// (`KvWrite`); every launch clears it first. Attention's decode CTAs copy the rows older
+    /// than the call's before waiting for the previous kernel only when that kernel wrote this
+    /// call's rows of this layer and nothing else (`TF_DEC_EARLY`, attention_dec.cu).
+    pub(crate) kv_written: Mutex<Option<KvWrite>>,
+}
+
+/// A KV store launch's pool, positions buffer and layer region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KvWrite {
+    pub pool: u64,
+    pub positions: u64,
+    pub region: (u32, u32),
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -150,6 +163,7 @@ impl CudaBackend {
             )),
             pdl: cc.0 >= 9 && std::env::var("TENSORFOLD_PDL").map_or(true, |v| v != "0"),
             sms,
+            kv_written: Mutex::new(None),
         })
     }
 
@@ -247,6 +261,7 @@ impl CudaBackend {
     /// Launches entry point `name` with `args` in the kernel's declared order; while a step
     /// is recorded (`graph`), the launch is logged instead and issued at the step's end.
     pub(crate) fn launch(&self, name: &str, cfg: LaunchConfig, args: &[KArg]) -> Result<()> {
+        *self.kv_written.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let f = self.reg.get(name)?;
         {
             let mut g = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
@@ -258,6 +273,11 @@ impl CudaBackend {
             }
         }
         self.launch_now(name, &f, cfg, args)
+    }
+
+    /// Records that the launch just made wrote a call's KV rows (`kv_written`).
+    pub(crate) fn wrote_kv(&self, w: KvWrite) {
+        *self.kv_written.lock().unwrap_or_else(|e| e.into_inner()) = Some(w);
     }
 
     /// Graph counts so far (replayed, captured, direct, failed).
