@@ -91,7 +91,9 @@ pub struct CudaBackend {
     /// What the last launch wrote to the KV pool if it was `kv_store` or `rope_kv_store`
     /// (`KvWrite`); every launch clears it first. Attention's decode CTAs copy the rows older
     /// than the call's before waiting for the previous kernel only when that kernel wrote this
-    /// call's rows of this layer and nothing else (`TF_DEC_EARLY`, attention_dec.cu).
+    /// call's rows of this layer and nothing else (`TF_DEC_EARLY`, attention_dec.cu). A copy
+    /// on the stream in between (a new batch's metadata) is no kernel: the next launch starts
+    /// after it completes, so an entry it leaves allows only copies of finished rows.
     pub(crate) kv_written: Mutex<Option<KvWrite>>,
 }
 
