@@ -6,7 +6,7 @@
 #   .gpu/torch_peer.py     ../shared/peers/torch_peer.py
 #   .whl/                  openai and its pure-Python deps (cp312 wheels), for bench_concurrent
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
-#        bench ab attnab peer serve conc big summary
+#        bench ab attnab s8ab peer serve conc big summary
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -107,6 +107,20 @@ stage_attnab() {
   done
   TENSORFOLD_KV_LAYOUT=layer $B contract --device cuda --like llama3-8b | grep SUMMARY
   TENSORFOLD_KERNEL_DEFINES=TF_SPLIT_LOOP=1 $B contract --device cuda --like llama3-8b | grep SUMMARY
+}
+# Session 8's decode-attention knobs (docs/ARCHITECTURE.md, CUDA section), each against the
+# default in the same call: TF_DEC_EARLY=0 and TF_DEC_TMA=0 must give the default's check exact
+# fingerprints (same values, other timing); TF_SPLIT=256 gives session 7's reference ones
+# (docs/bench/2026-12-01-h200.md), TF_SPLIT=64 others of its own (the split is part of the
+# definition). Then decode speed at bench's pool and at serve's default pool.
+stage_s8ab() {
+  for d in "" TF_DEC_EARLY=0 TF_DEC_TMA=0 TF_SPLIT=256 TF_SPLIT=64; do
+    echo "-- TENSORFOLD_KERNEL_DEFINES=$d"
+    TENSORFOLD_KERNEL_DEFINES="$d" $B check exact -m $W/l8b --device cuda --tokens 320 | grep -o '^[A-Z]* [a-z]*:\|fingerprint [0-9a-f]*'
+    for kv in 384 40960; do
+      TENSORFOLD_KERNEL_DEFINES="$d" $B bench -m $W/l8b --device cuda --pp 128 --tg 256 --reps 2 --kv-positions $kv
+    done
+  done
 }
 stage_summary() { python3 tools/gpu/summary.py "$OUTD"; }
 stage_serve() {
