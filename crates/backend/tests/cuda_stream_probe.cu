@@ -18,15 +18,7 @@
 //   so ldmatrix reads are conflict-free) and reads the A fragment back with ldmatrix.x4.
 // The two give different bits (other k sets a step); the test checks each against float64.
 
-#define PU 4  // steps of 32 k a register buffer
-
-__device__ __forceinline__ void pmma(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+#define PU 4  // steps of 32 k a register buffer (mma16816 is common.cuh's, prepended)
 
 __device__ __forceinline__ uint4 ldg16(const bf16* p) {
     uint4 v;
@@ -60,8 +52,8 @@ __device__ __forceinline__ void frag_mma(float* acc, const uint4 (&A)[PU], const
                                          const uint4 (&X)[PU]) {
 #pragma unroll
     for (int u = 0; u < PU; u++) {
-        pmma(acc, A[u].x, B[u].x, A[u].y, B[u].y, X[u].x, X[u].y);
-        pmma(acc, A[u].z, B[u].z, A[u].w, B[u].w, X[u].z, X[u].w);
+        mma16816(acc, A[u].x, B[u].x, A[u].y, B[u].y, X[u].x, X[u].y);
+        mma16816(acc, A[u].z, B[u].z, A[u].w, B[u].w, X[u].z, X[u].w);
     }
 }
 
@@ -114,7 +106,7 @@ __device__ __forceinline__ void nat_mma(float* acc, const uint4 (&A)[2 * PU],
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                      : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
                      : "r"(addr));
-        pmma(acc, a[0], a[1], a[2], a[3], X[j][0], X[j][1]);
+        mma16816(acc, a[0], a[1], a[2], a[3], X[j][0], X[j][1]);
     }
     __syncwarp();  // the tiles are read before the next buffer overwrites them
 }

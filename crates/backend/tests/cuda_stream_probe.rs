@@ -12,9 +12,9 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::Instant;
 
+use common::cuda::{compiles_for_sm80_and_sm90a, nvrtc_dirs};
 use common::{random_bf16, Rng};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
@@ -28,22 +28,10 @@ const PROBE: compile::Family =
 const SHAPES: [(usize, usize, usize); 4] =
     [(28_672, 4_096, 4), (4_096, 14_336, 8), (4_096, 4_096, 4), (6_144, 4_096, 4)];
 
-fn nvrtc_dirs() -> Vec<PathBuf> {
-    let cache = std::env::var_os("TENSORFOLD_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache"));
-    vec![cache.join("nvrtc/nvidia/cu13/lib")]
-}
-
 /// The probe compiles (CPU only; NVRTC from the pip wheel).
 #[test]
 fn probe_compiles() {
-    if let Err(e) = loader::nvrtc(&nvrtc_dirs()) {
-        panic!("{e}\nThis test needs NVRTC from the pip wheel: run scripts/nvrtc-wheels.sh");
-    }
-    for arch in ["sm_80", "sm_90a"] {
-        compile::compile(&PROBE, arch).unwrap_or_else(|log| panic!("{log}"));
-    }
+    compiles_for_sm80_and_sm90a(&PROBE);
 }
 
 /// One kernel's run: y partials [slices][n][8] summed over slices, seconds a call.

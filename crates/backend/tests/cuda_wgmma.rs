@@ -13,9 +13,9 @@
 
 mod common;
 
-use std::path::PathBuf;
-
-use common::cuda::{bits, gpu, per_call, up, GEMM_CASE_SHAPES};
+use common::cuda::{
+    bits, compiles_for_sm80_and_sm90a, gpu, nvrtc_dirs, per_call, up, GEMM_CASE_SHAPES,
+};
 use common::{random_bf16, random_vector, random_weight, Rng};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
@@ -41,22 +41,10 @@ const PROBE_NS: [usize; 4] = [8, 64, 128, 256];
 const MODES: [&str; 4] =
     ["linear_bf16 positions", "same sets, natural order", "other sets", "reversed in set"];
 
-fn nvrtc_dirs() -> Vec<PathBuf> {
-    let cache = std::env::var_os("TENSORFOLD_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache"));
-    vec![cache.join("nvrtc/nvidia/cu13/lib")]
-}
-
 /// The probe compiles for every architecture (its wgmma part only on sm_90a); CPU only.
 #[test]
 fn probe_compiles() {
-    if let Err(e) = loader::nvrtc(&nvrtc_dirs()) {
-        panic!("{e}\nThis test needs NVRTC from the pip wheel: run scripts/nvrtc-wheels.sh");
-    }
-    for arch in ["sm_80", "sm_90a"] {
-        compile::compile(&PROBE, arch).unwrap_or_else(|log| panic!("{log}"));
-    }
+    compiles_for_sm80_and_sm90a(&PROBE);
 }
 
 fn bf16_bits(v: f64) -> u16 {

@@ -9,6 +9,26 @@ use tf_backend::{ActDType, Backend};
 /// Row counts of the row-invariance checks below 2,048.
 pub const ROWS: [usize; 7] = [1, 2, 3, 8, 16, 17, 128];
 
+/// Where the GPU tests that compile their own sources find NVRTC: the pip wheel's library
+/// under `$TENSORFOLD_CACHE` (default `<repo>/.cache`, `scripts/nvrtc-wheels.sh`).
+pub fn nvrtc_dirs() -> Vec<std::path::PathBuf> {
+    let cache =
+        std::env::var_os("TENSORFOLD_CACHE").map(std::path::PathBuf::from).unwrap_or_else(|| {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache")
+        });
+    vec![cache.join("nvrtc/nvidia/cu13/lib")]
+}
+
+/// A test-only kernel family compiles for sm_80 and sm_90a (CPU only: NVRTC from the pip wheel).
+pub fn compiles_for_sm80_and_sm90a(family: &tf_backend::cuda::compile::Family) {
+    if let Err(e) = tf_backend::cuda::loader::nvrtc(&nvrtc_dirs()) {
+        panic!("{e}\nThis test needs NVRTC from the pip wheel: run scripts/nvrtc-wheels.sh");
+    }
+    for arch in ["sm_80", "sm_90a"] {
+        tf_backend::cuda::compile::compile(family, arch).unwrap_or_else(|log| panic!("{log}"));
+    }
+}
+
 pub fn gpu() -> CudaBackend {
     CudaBackend::new(0).unwrap_or_else(|e| panic!("{e}"))
 }
