@@ -64,20 +64,8 @@ __device__ __forceinline__ void mbar_init(u64* bar) {
 __device__ __forceinline__ void fence_async() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
-__device__ __forceinline__ void mbar_expect(u64* bar, u32 bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
-    u32 done = 0;
-    while (!done)
-        asm volatile(
-            "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-            "selp.u32 %0, 1, 0, p;\n\t}"
-            : "=r"(done)
-            : "r"(smem_u32(bar)), "r"(parity)
-            : "memory");
-}
+__device__ __forceinline__ void mbar_expect(u64* bar, u32 bytes) { mbar_expect_at(smem_u32(bar), bytes); }
+__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) { mbar_wait_parity(smem_u32(bar), parity); }
 // Rows [t0 TK, t1 TK) of the tile's K (or V, gofs + plane) into dst (row stride HD + 8) by bulk
 // copies completing on `bar`: the valid rows (< n) at positions [lo, hi). The first pass
 // (`first`) also zeroes rows >= n and has thread 0 arm `bar` with every valid row's bytes, so

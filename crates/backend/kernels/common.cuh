@@ -90,6 +90,25 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+// mbarrier helpers on shared-memory addresses (sm_90+: the decode attention CTA's and the
+// prefill GEMM's bulk copies complete on them). mbar_expect arms `bar` for `bytes` more
+// transaction bytes and arrives; mbar_wait_parity spins until the phase of `parity` completed.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void mbar_expect_at(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait_parity(u32 bar, u32 parity) {
+    u32 done = 0;
+    while (!done)
+        asm volatile(
+            "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+            "selp.u32 %0, 1, 0, p;\n\t}"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+}
+#endif
+
 // Asks L2 to fetch [p, p + bytes) (16-byte aligned, bytes % 16 == 0; sm_90+): a hint, no
 // value changes (attention.cu asks for V while it scores K).
 __device__ __forceinline__ void prefetch_l2(const void* p, u32 bytes) {
@@ -101,13 +120,18 @@ __device__ __forceinline__ void prefetch_l2(const void* p, u32 bytes) {
 // A 1-D grid's CTA -> (feature tile fi, token tile ti) of the GEMMs: `group` feature tiles at a
 // time, the token tile advancing after each group's feature tiles, so the CTAs in flight share
 // few weight and activation tiles. Speed only: no element's arithmetic depends on it.
-__device__ __forceinline__ void tile_raster(u32 n, u32 rows, u32 tm, u32 tn, u32 group, u32& fi,
-                                            u32& ti) {
+// tile_raster_at: the same for tile index `idx` (persistent CTAs walking several tiles).
+__device__ __forceinline__ void tile_raster_at(u32 idx, u32 n, u32 rows, u32 tm, u32 tn, u32 group,
+                                               u32& fi, u32& ti) {
     const u32 tf = (n + tm - 1) / tm, tt = (rows + tn - 1) / tn;
-    const u32 per = group * tt, first = (blockIdx.x / per) * group, in = blockIdx.x % per;
+    const u32 per = group * tt, first = (idx / per) * group, in = idx % per;
     const u32 size = min(group, tf - first);
     fi = first + in % size;
     ti = in / size;
+}
+__device__ __forceinline__ void tile_raster(u32 n, u32 rows, u32 tm, u32 tn, u32 group, u32& fi,
+                                            u32& ti) {
+    tile_raster_at(blockIdx.x, n, rows, tm, tn, group, fi, ti);
 }
 
 // The end of every linear element (linear.cu, gemm.cu, gemm90.cu): its slices' total plus the

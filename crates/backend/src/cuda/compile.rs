@@ -42,7 +42,15 @@ pub const FAMILIES: &[Family] = &[
     },
     Family { name: "linear", source: include_str!("../../kernels/linear.cu") },
     Family { name: "gemm", source: include_str!("../../kernels/gemm.cu") },
-    Family { name: "gemm90", source: include_str!("../../kernels/gemm90.cu") },
+    // One unit from two files (the shared-memory-operand kernel and its helpers; the
+    // copy-warp kernel with weights in registers and its activation packing).
+    Family {
+        name: "gemm90",
+        source: concat!(
+            include_str!("../../kernels/gemm90.cu"),
+            include_str!("../../kernels/gemm90ws.cu")
+        ),
+    },
     Family { name: "sample", source: include_str!("../../kernels/sample.cu") },
 ];
 

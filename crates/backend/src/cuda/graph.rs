@@ -30,6 +30,7 @@ use std::hash::{Hash, Hasher};
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
+use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaFunction, CudaGraph, LaunchConfig};
@@ -57,7 +58,7 @@ impl Launch {
             && self.cfg.block_dim == o.cfg.block_dim
             && self.cfg.shared_mem_bytes == o.cfg.shared_mem_bytes
             && self.args.len() == o.args.len()
-            && self.args.iter().zip(&o.args).all(|(a, b)| a.bits() == b.bits())
+            && self.args.iter().zip(&o.args).all(|(a, b)| a.same(b))
     }
 
     fn hash_into(&self, h: &mut DefaultHasher) {
@@ -70,13 +71,26 @@ impl Launch {
 }
 
 impl KArg {
-    /// Kind and bit pattern: equal bits launch the same kernel argument.
+    /// Kind and bit pattern (a tensor map's: a hash of its words), for the log hash.
     pub(crate) fn bits(&self) -> (u8, u64) {
-        match *self {
-            KArg::U64(v) => (0, v),
-            KArg::U32(v) => (1, v as u64),
-            KArg::I32(v) => (2, v as u32 as u64),
+        match self {
+            KArg::U64(v) => (0, *v),
+            KArg::U32(v) => (1, *v as u64),
+            KArg::I32(v) => (2, *v as u32 as u64),
             KArg::F32(v) => (3, v.to_bits() as u64),
+            KArg::Map(m) => {
+                let mut h = DefaultHasher::new();
+                m.opaque.hash(&mut h);
+                (4, h.finish())
+            }
+        }
+    }
+
+    /// Whether two arguments launch the same kernel argument (equal bits).
+    fn same(&self, o: &KArg) -> bool {
+        match (self, o) {
+            (KArg::Map(a), KArg::Map(b)) => a.opaque == b.opaque,
+            _ => self.bits() == o.bits(),
         }
     }
 }
@@ -192,6 +206,8 @@ impl CudaBackend {
                 KArg::U32(v) => v as *mut u32 as *mut c_void,
                 KArg::I32(v) => v as *mut i32 as *mut c_void,
                 KArg::F32(v) => v as *mut f32 as *mut c_void,
+                // The driver only reads kernel parameters.
+                KArg::Map(m) => Arc::as_ptr(m) as *mut c_void,
             })
             .collect();
         // SAFETY: an all-zero launch attribute is a valid value of this plain C union.
@@ -296,5 +312,27 @@ impl CudaBackend {
                 self.run_direct(&log)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(word: u64) -> KArg {
+        let mut m = sys::CUtensorMap { opaque: [0; 16] };
+        m.opaque[15] = word;
+        KArg::Map(Arc::new(m))
+    }
+
+    #[test]
+    fn tensor_maps_are_the_same_argument_only_with_the_same_words() {
+        // A graph is replayed only for a log of the same arguments: a map differing in its
+        // last word (a weight's address or shape) must not match.
+        assert!(map(7).same(&map(7)));
+        assert!(!map(7).same(&map(8)));
+        assert_ne!(map(7).bits(), map(8).bits());
+        assert!(!map(0).same(&KArg::U64(0)));
+        assert!(KArg::U32(3).same(&KArg::U32(3)) && !KArg::U32(3).same(&KArg::U64(3)));
     }
 }

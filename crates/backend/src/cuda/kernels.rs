@@ -183,6 +183,8 @@ pub(crate) const ENTRIES: &[Entry] = &[
     tiled_entry(LINEAR_TILED_R),
     super::wgmma::wg_entry(super::wgmma::WG_SHAPES[0]),
     super::wgmma::wg_entry(super::wgmma::WG_SHAPES[1]),
+    super::wgmma::wg_entry(super::wgmma::LINEAR_WS),
+    super::wgmma::PACK_WS,
 ];
 
 /// Whether the backend ever launches `en` on `arch`: the `gemm90` family (wgmma) only on

@@ -18,6 +18,7 @@ use cudarc::driver::LaunchConfig;
 use super::gemm::{tiled_config, tiled_for, tiled_launch, tiled_shape};
 use super::kernels::{TiledShape, LINEAR_DECODE_ROWS, LINEAR_MAX_SLICES, LINEAR_NT};
 use super::tensor::{dptr, CudaBatch, CudaTensor, CudaWeight};
+use super::wgmma::WsCall;
 use super::{CudaBackend, KArg};
 use crate::error::{BackendError, Result};
 use crate::ActDType;
@@ -107,12 +108,15 @@ enum Kernel {
     Streaming,
     /// `linear_bf16_tiled` (or a candidate configuration of it).
     Tiled(TiledShape),
+    /// `linear_bf16_ws` after `pack_act_ws` (sm_90a).
+    Ws,
 }
 
 impl CudaBackend {
-    /// `linear` forced onto the kernel entry point `name` (`linear_bf16` or
-    /// `linear_bf16_tiled`), whatever the row count. For tests and benchmarks only (both give
-    /// the same bits; the served path lets `tiled_for` choose).
+    /// `linear` forced onto the kernel entry point `name` (`linear_bf16`, a
+    /// `linear_bf16_tiled*`, or on sm_90a `linear_bf16_wg*` / `linear_bf16_ws`, the last with
+    /// its packing), whatever the row count. For tests and benchmarks only (all give the same
+    /// bits; the served path lets `tiled_for` and `prefill_config` choose).
     #[doc(hidden)]
     pub fn linear_with_kernel(
         &self,
@@ -124,6 +128,7 @@ impl CudaBackend {
     ) -> Result<()> {
         let kernel = match name {
             "linear_bf16" => Kernel::Streaming,
+            "linear_bf16_ws" if super::wgmma::runs_on(self.arch()) => Kernel::Ws,
             n => match tiled_shape(n).or(super::wgmma::wg_shape(self, n)?) {
                 Some(t) => Kernel::Tiled(t),
                 None => return Err(BackendError::Device(format!("no linear kernel `{name}`"))),
@@ -178,7 +183,7 @@ fn run_with(
     }
     if p.rows > 0 {
         let default = if tiled_for(p.rows, n) {
-            Kernel::Tiled(prefill_config(be, p.rows, n))
+            prefill_config(be, p.rows, n, dptr(&w.buf, &be.stream))
         } else {
             Kernel::Streaming
         };
@@ -188,16 +193,20 @@ fn run_with(
     Ok(())
 }
 
-/// The prefill kernel of a product (speed only; every candidate gives linear_bf16's bits):
-/// the wgmma kernel on sm_90a (1.2-2.0x the mma.sync tiles on every llama3-8b shape at 2,048
-/// rows; `TENSORFOLD_WGMMA=0` turns it off for A/B timing), else `tiled_config`'s choice.
-fn prefill_config(be: &CudaBackend, rows: usize, n: usize) -> TiledShape {
-    static WGMMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *WGMMA.get_or_init(|| std::env::var("TENSORFOLD_WGMMA").map_or(true, |v| v != "0"));
-    if on && super::wgmma::runs_on(be.arch()) {
-        super::wgmma::LINEAR_WG
-    } else {
-        tiled_config(rows, n)
+/// The prefill kernel of a product of weight address `w` (speed only; every candidate gives
+/// linear_bf16's bits): on sm_90a `linear_bf16_ws`, else `tiled_config`'s choice.
+/// `TENSORFOLD_WGMMA` picks another for A/B timing: `0` the mma.sync tiles, `ss` the
+/// shared-memory-operand wgmma kernel `linear_bf16_wg`.
+fn prefill_config(be: &CudaBackend, rows: usize, n: usize, w: u64) -> Kernel {
+    static WGMMA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let v = WGMMA.get_or_init(|| std::env::var("TENSORFOLD_WGMMA").unwrap_or_default());
+    let hopper = super::wgmma::runs_on(be.arch());
+    match v.as_str() {
+        "0" => Kernel::Tiled(tiled_config(rows, n)),
+        "ss" if hopper => Kernel::Tiled(super::wgmma::LINEAR_WG),
+        _ if super::wgmma::ws_takes(be, w) => Kernel::Ws,
+        _ if hopper => Kernel::Tiled(super::wgmma::LINEAR_WG),
+        _ => Kernel::Tiled(tiled_config(rows, n)),
     }
 }
 
@@ -205,6 +214,10 @@ fn prefill_config(be: &CudaBackend, rows: usize, n: usize) -> TiledShape {
 fn launch(be: &CudaBackend, p: &Product<'_>, out: &CudaTensor, kernel: Kernel) -> Result<()> {
     let (n, k) = (p.w.n, p.w.k);
     let (slices, slice_len) = k_split(n, k);
+    let s = &be.stream;
+    let (wp, xp, op_) = (dptr(&p.w.buf, s), dptr(&p.x.buf, s), dptr(&out.buf, s));
+    let bp = p.bias.map_or(0u64, |b| dptr(&b.buf, s));
+    let (mode, n32, k32, r32) = (p.mode as i32, n as u32, k as u32, p.rows as u32);
     let mut extra = Vec::new();
     let (entry, cfg) = match kernel {
         Kernel::Streaming => {
@@ -232,11 +245,24 @@ fn launch(be: &CudaBackend, p: &Product<'_>, out: &CudaTensor, kernel: Kernel) -
             extra = t.extra;
             (t.name, t.cfg)
         }
+        Kernel::Ws => {
+            let c = WsCall {
+                op: p.op,
+                w: wp,
+                x: xp,
+                row_idx: p.row_idx,
+                bias: bp,
+                out: op_,
+                out_mode: mode,
+                n: n32,
+                k: k32,
+                rows: r32,
+                slice_len,
+                slices,
+            };
+            return super::wgmma::ws_launch(be, &c);
+        }
     };
-    let s = &be.stream;
-    let (wp, xp, op_) = (dptr(&p.w.buf, s), dptr(&p.x.buf, s), dptr(&out.buf, s));
-    let bp = p.bias.map_or(0u64, |b| dptr(&b.buf, s));
-    let (mode, n32, k32, r32) = (p.mode as i32, n as u32, k as u32, p.rows as u32);
     let mut args: Vec<KArg> = vec![
         wp.into(),
         xp.into(),

@@ -77,6 +77,8 @@ pub struct CudaBackend {
     pub(crate) scratch: Mutex<Option<CudaSlice<f32>>>,
     /// Step metadata at a fixed address, shared by the batches while no other holds it.
     pub(crate) meta: Mutex<Option<Arc<CudaSlice<u32>>>>,
+    /// The packed activations of `linear_bf16_ws` (`wgmma.rs`), grown on demand.
+    pub(crate) act_image: Mutex<Option<CudaSlice<u16>>>,
     /// Greedy tokens of `argmax`, grown on demand.
     pub(crate) tokens: Mutex<Option<CudaSlice<u32>>>,
     /// `sample`'s per-row parameters and weights (`sample.rs`), grown on demand.
@@ -157,6 +159,7 @@ impl CudaBackend {
             device_name,
             scratch: Mutex::new(None),
             meta: Mutex::new(None),
+            act_image: Mutex::new(None),
             tokens: Mutex::new(None),
             sample_buf: Mutex::new(None),
             // `TENSORFOLD_CUDA_GRAPHS=0` runs every step direct (A/B timing, debugging).
@@ -296,12 +299,14 @@ impl CudaBackend {
 }
 
 /// A kernel argument: a device address (`U64`), or a scalar of the kernel's type.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum KArg {
     U64(u64),
     U32(u32),
     I32(i32),
     F32(f32),
+    /// A TMA tensor map, passed by value (a `__grid_constant__` parameter).
+    Map(Arc<cudarc::driver::sys::CUtensorMap>),
 }
 
 impl From<u64> for KArg {
