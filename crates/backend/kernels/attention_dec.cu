@@ -56,14 +56,7 @@ __host__ __device__ constexpr u32 dec_smem() {
 }
 
 #if DEC_TMA
-__device__ __forceinline__ void mbar_init(u64* bar) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
-}
-// Orders this thread's earlier shared-memory accesses (generic proxy) before its later bulk
-// copies (async proxy) and makes an mbarrier's initialization visible to them.
-__device__ __forceinline__ void fence_async() {
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
+__device__ __forceinline__ void mbar_init(u64* bar) { mbar_init_at(smem_u32(bar), 1); }
 __device__ __forceinline__ void mbar_expect(u64* bar, u32 bytes) { mbar_expect_at(smem_u32(bar), bytes); }
 __device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) { mbar_wait_parity(smem_u32(bar), parity); }
 // Rows [t0 TK, t1 TK) of the tile's K (or V, gofs + plane) into dst (row stride HD + 8) by bulk
@@ -74,7 +67,7 @@ template <int HD>
 __device__ __forceinline__ void load_kv_bulk(bf16* dst, const bf16* pool, const u32* table, u32 t0,
                                              u32 t1, u32 n, u64 base, u64 gofs, u32 bs, u64* bar,
                                              u32 lo, u32 hi, bool first) {
-    fence_async();
+    fence_proxy_async();
     if (first && threadIdx.x == 0) mbar_expect(bar, (min(t1 * TK, n) - t0 * TK) * HD * 2);
     for (u32 i = threadIdx.x; i < (t1 - t0) * TK; i += 32 * WARPS) {
         const u32 j = t0 * TK + i;
@@ -82,11 +75,7 @@ __device__ __forceinline__ void load_kv_bulk(bf16* dst, const bf16* pool, const 
         if (j < n) {
             if (j < lo || j >= hi) continue;
             const bf16* src = pool + (u64)table[j / bs] * base + gofs + (u64)(j % bs) * HD;
-            asm volatile(
-                "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                    smem_u32(row)),
-                "l"(src), "r"(HD * 2), "r"(smem_u32(bar))
-                : "memory");
+            bulk_copy_at(smem_u32(row), src, HD * 2, smem_u32(bar));
         } else if (first) {
 #pragma unroll
             for (int c = 0; c < HD / 8; c++) *(uint4*)(row + c * 8) = make_uint4(0, 0, 0, 0);
@@ -155,7 +144,7 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, u32 i
         if (threadIdx.x == 0) {
             mbar_init(bars);
             mbar_init(bars + 1);
-            fence_async();
+            fence_proxy_async();
         }
         __syncthreads();
     }

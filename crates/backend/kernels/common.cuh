@@ -90,10 +90,26 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// mbarrier helpers on shared-memory addresses (sm_90+: the decode attention CTA's and the
-// prefill GEMM's bulk copies complete on them). mbar_expect arms `bar` for `bytes` more
-// transaction bytes and arrives; mbar_wait_parity spins until the phase of `parity` completed.
+// mbarrier and bulk-copy helpers on shared-memory addresses (sm_90+: the decode attention
+// CTA's and the prefill GEMM's bulk copies complete on them). mbar_init_at sets the arrivals a
+// phase expects; mbar_expect_at arms `bar` for `bytes` more transaction bytes and arrives;
+// mbar_wait_parity spins until the phase of `parity` completed; bulk_copy_at moves `bytes` (a
+// multiple of 16) from global src (16-byte aligned) to shared dst, completing on `bar`;
+// fence_proxy_async orders this thread's earlier generic-proxy shared-memory accesses (st.shared,
+// cp.async, an mbarrier's initialization) before later async-proxy ones (bulk copies, wgmma).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void mbar_init_at(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void bulk_copy_at(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+        "l"(src), "r"(bytes), "r"(bar)
+        : "memory");
+}
 __device__ __forceinline__ void mbar_expect_at(u32 bar, u32 bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }

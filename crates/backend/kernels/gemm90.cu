@@ -74,11 +74,6 @@ template <int N>
 __device__ __forceinline__ void wg_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
-// Makes this thread's generic-proxy writes to shared memory (st.shared, cp.async) visible to
-// the async proxy that wgmma reads through.
-__device__ __forceinline__ void wg_proxy_fence() {
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
 
 // The 64 f32 accumulators of an m64n128 wgmma as asm operands %0..%63 (a thread's d[0..63]),
 // shared by every wgmma wrapper (SS here, RS in gemm90ws.cu).
@@ -224,7 +219,7 @@ __device__ __forceinline__ void wg_body(const bf16* __restrict__ w, const bf16* 
     for (u32 kt = 0; kt < ktiles; kt++) {
         wg_wait<1>();         // this warpgroup's wgmmas of tile kt - 2 are done
         cp_async_wait<D - 1>();  // this thread's copies of tile kt have landed
-        wg_proxy_fence();     // ... and are visible to wgmma's (async) proxy
+        fence_proxy_async();  // ... and are visible to wgmma's (async) proxy
         __syncthreads();      // everyone's: tile kt in place, stage of tile kt - 2 free
         if (kt + D < ktiles) load_tile(kt + D, (kt + D) % STAGES);
         cp_async_commit();

@@ -83,22 +83,12 @@ struct __align__(64) WsMap {
 #define WS_SMEM (WS_STAGES * WS_STAGE + 2 * WS_STAGES * 8 + 1024)
 
 #if WG_ENABLED
-__device__ __forceinline__ void ws_mbar_init(u32 bar, u32 count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
 // Arrives on bar when `pred` (a predicate inside the asm, not a branch: a lane-dependent
 // branch between wgmmas makes ptxas serialize them).
 __device__ __forceinline__ void ws_mbar_arrive_if(u32 bar, bool pred) {
     asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %1, 0;\n\t@p mbarrier.arrive.shared::cta.b64 _, [%0];\n\t}" ::"r"(bar),
                  "r"((u32)pred)
                  : "memory");
-}
-// `bytes` (a multiple of 16) from global src (16-byte aligned) to shared dst, completing on bar.
-__device__ __forceinline__ void ws_bulk(u32 dst, const void* src, u32 bytes, u32 bar) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-        "l"(src), "r"(bytes), "r"(bar)
-        : "memory");
 }
 __device__ __forceinline__ uint4 ws_lds(u32 addr) {
     uint4 v;
@@ -151,7 +141,7 @@ __device__ __forceinline__ void ws_copy(const WsGrid& G, const bf16* __restrict_
                         sa),
                     "l"((u64)&amap), "r"(kt * 64), "r"(n0), "r"(full)
                     : "memory");
-                ws_bulk(sa + WS_A_BYTES, bsrc, WS_B_BYTES, full);
+                bulk_copy_at(sa + WS_A_BYTES, bsrc, WS_B_BYTES, full);
             }
         }
     }
@@ -281,11 +271,11 @@ __device__ __forceinline__ void ws_body(const bf16* __restrict__ w, const WsMap&
     G.empty = G.full + 8 * WS_STAGES;
     if (threadIdx.x == 0) {
         for (u32 s = 0; s < WS_STAGES; s++) {
-            ws_mbar_init(G.full + 8 * s, 1);
-            ws_mbar_init(G.empty + 8 * s, 8);  // one arrival from each consumer warp
+            mbar_init_at(G.full + 8 * s, 1);
+            mbar_init_at(G.empty + 8 * s, 8);  // one arrival from each consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        wg_proxy_fence();
+        fence_proxy_async();
     }
     __syncthreads();
     // The role from a shuffle: ptxas then knows it is warp-uniform (a branch it cannot prove

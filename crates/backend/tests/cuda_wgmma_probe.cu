@@ -137,7 +137,7 @@ __device__ __forceinline__ void probe_wg(const bf16* a, const bf16* b, const flo
             unsigned char* tile = isa ? sm : sm + 64 * 128;
             *(bf16*)(tile + wg_sw(rr, L / 8) + (L % 8) * 2) = src[kt + probe_k(L, mode)];
         }
-        wg_proxy_fence();
+        fence_proxy_async();
         __syncthreads();
         wg_fence();
 #pragma unroll

@@ -127,8 +127,8 @@ pub(crate) fn ws_takes(be: &CudaBackend, w: u64) -> bool {
 /// `linear_bf16_ws` on it. Only direct (unrecorded) steps reach here: products of at least
 /// `TILED_MIN_ROWS` rows, more than a recorded step holds, so the image may grow in place.
 pub(crate) fn ws_launch(be: &CudaBackend, c: &WsCall) -> Result<()> {
-    let (tile_rows, ktiles) = (c.rows.div_ceil(128) as usize, c.k.div_ceil(64) as usize);
-    let elems = tile_rows * 128 * ktiles * 64;
+    let (tile_rows, ktiles) = ((c.rows as usize).div_ceil(WS_TILE), c.k.div_ceil(64) as usize);
+    let elems = tile_rows * WS_TILE * ktiles * 64;
     let img = image(be, elems)?;
     if tile_rows > 65_535 {
         return Err(BackendError::shape(c.op, format!("{} rows exceed the kernel's grid", c.rows)));
@@ -140,7 +140,7 @@ pub(crate) fn ws_launch(be: &CudaBackend, c: &WsCall) -> Result<()> {
     };
     let args = [c.x.into(), c.row_idx.into(), img.into(), c.k.into(), c.rows.into()];
     be.launch(PACK_WS.name, cfg, &args)?;
-    let tiles = c.n.div_ceil(128) as usize * tile_rows;
+    let tiles = (c.n as usize).div_ceil(WS_TILE) * tile_rows;
     let cfg = LaunchConfig {
         grid_dim: (tiles.min(be.sms.max(1)) as u32, 1, 1),
         block_dim: (LINEAR_WS.threads, 1, 1),
