@@ -34,6 +34,14 @@
 // path in otherwise the same build: decode 167.7 vs 182.5 tok/s, 16 / 64 streams 1,264 / 2,059
 // vs 1,645 / 3,148, the 33B geometry 46.4 vs 49.8 (docs/bench/2026-11-30-h200.md). An L2 bulk
 // prefetch of each CTA's weight rows before pdl_wait() lost 2-12% (149-164 vs 171 tok/s).
+// Also dropped (H200, 2026-12-02, bench decode, same call; baseline 195-203 tok/s): bringing the
+// o weight into L2 while attention runs, which reads little. From rope_kv_store by bulk
+// prefetch (8 CTAs): 135 tok/s at 32 MiB, 103 at 48 (those SMs' TMA units moved ~60 GB/s
+// each and the chain waited). From every decode product before pdl_wait() by
+// prefetch.global.L2 of its rows past the first buffer: 165; attention_combine letting the o
+// product launch before its own wait, so o's CTAs and first loads overlap attention: 193 (vs
+// 202.6). Attention is latency-bound on its KV loads, and any traffic beside it slows it more
+// than o gains.
 //
 // Two entry points compute it: linear_bf16 (here: operands straight from global memory, K
 // slices on warps; for decode and small batches) and linear_bf16_tiled (gemm.cu, or

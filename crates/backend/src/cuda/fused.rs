@@ -114,10 +114,9 @@ pub(crate) fn linear_group(
         }
     }
     if !fused {
-        for p in parts.iter_mut() {
-            linear::linear(be, x, p.w, p.bias, p.out)?;
-        }
-        return Ok(());
+        return be.sharing_packed_input(|| {
+            parts.iter_mut().try_for_each(|p| linear::linear(be, x, p.w, p.bias, p.out))
+        });
     }
     let s = &be.stream;
     let mut args: Vec<KArg> =
@@ -181,8 +180,10 @@ pub(crate) fn linear_swiglu(be: &CudaBackend, a: SwigluArgs<'_, CudaBackend>) ->
         && streams("linear_swiglu", x, gw, a.gate)?
         && streams("linear_swiglu", x, uw, a.up)?;
     if !fused {
-        linear::linear(be, x, gw, None, a.gate)?;
-        linear::linear(be, x, uw, None, a.up)?;
+        be.sharing_packed_input(|| {
+            linear::linear(be, x, gw, None, a.gate)?;
+            linear::linear(be, x, uw, None, a.up)
+        })?;
         return ops::swiglu(be, a.gate, a.up, a.out);
     }
     a.out.check_out("linear_swiglu", x.rows, gw.n)?;

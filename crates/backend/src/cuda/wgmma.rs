@@ -21,9 +21,9 @@
 //! instead); weights permuted once at load (decode's 16-byte lane loads need the natural
 //! layout).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use cudarc::driver::{sys, LaunchConfig};
+use cudarc::driver::{sys, CudaSlice, LaunchConfig};
 
 use super::kernels::{Entry, TiledShape};
 use super::tensor::dptr;
@@ -126,20 +126,28 @@ pub(crate) fn ws_takes(be: &CudaBackend, w: u64) -> bool {
 /// Packs the input into the backend's image buffer (`pack_act_ws`), then launches
 /// `linear_bf16_ws` on it. Only direct (unrecorded) steps reach here: products of at least
 /// `TILED_MIN_ROWS` rows, more than a recorded step holds, so the image may grow in place.
+/// Inside [`CudaBackend::sharing_packed_input`], a product whose input the image already holds
+/// skips the packing.
 pub(crate) fn ws_launch(be: &CudaBackend, c: &WsCall) -> Result<()> {
     let (tile_rows, ktiles) = ((c.rows as usize).div_ceil(WS_TILE), c.k.div_ceil(64) as usize);
-    let elems = tile_rows * WS_TILE * ktiles * 64;
-    let img = image(be, elems)?;
     if tile_rows > 65_535 {
         return Err(BackendError::shape(c.op, format!("{} rows exceed the kernel's grid", c.rows)));
     }
-    let cfg = LaunchConfig {
-        grid_dim: (ktiles as u32, tile_rows as u32, 1),
-        block_dim: (PACK_WS.threads, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    let args = [c.x.into(), c.row_idx.into(), img.into(), c.k.into(), c.rows.into()];
-    be.launch(PACK_WS.name, cfg, &args)?;
+    let key = (c.x, c.row_idx, c.k, c.rows);
+    let mut image = be.act_image.lock().unwrap_or_else(|e| e.into_inner());
+    let reuse = image.sharing && image.holds == Some(key);
+    let img = image.buffer(be, tile_rows * WS_TILE * ktiles * 64)?;
+    if !reuse {
+        image.holds = image.sharing.then_some(key);
+        let cfg = LaunchConfig {
+            grid_dim: (ktiles as u32, tile_rows as u32, 1),
+            block_dim: (PACK_WS.threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let args = [c.x.into(), c.row_idx.into(), img.into(), c.k.into(), c.rows.into()];
+        be.launch(PACK_WS.name, cfg, &args)?;
+    }
+    drop(image);
     let tiles = (c.n as usize).div_ceil(WS_TILE) * tile_rows;
     let cfg = LaunchConfig {
         grid_dim: (tiles.min(be.sms.max(1)) as u32, 1, 1),
@@ -201,15 +209,47 @@ fn weight_map(c: &WsCall) -> Result<sys::CUtensorMap> {
     Ok(map)
 }
 
-/// The image buffer of at least `elems` bf16, grown on demand (ops run in stream order, and
-/// a freed buffer is released in stream order too, after the launches that read it).
-fn image(be: &CudaBackend, elems: usize) -> Result<u64> {
-    let mut buf = be.act_image.lock().unwrap_or_else(|e| e.into_inner());
-    if buf.as_ref().is_none_or(|b| b.len() < elems) {
-        *buf = None;
-        *buf = Some(be.raw::<u16>(elems, "packed prefill activations")?);
+/// The packed activations (`CudaBackend::act_image`): the buffer, grown on demand, and while
+/// products share an input (`sharing`), which input it holds (input, row map, k, rows).
+#[derive(Default)]
+pub(crate) struct ActImage {
+    buf: Option<CudaSlice<u16>>,
+    sharing: bool,
+    holds: Option<(u64, u64, u32, u32)>,
+}
+
+impl ActImage {
+    /// The buffer of at least `elems` bf16 (ops run in stream order, and a freed buffer is
+    /// released in stream order too, after the launches that read it). Growing forgets what
+    /// it held.
+    fn buffer(&mut self, be: &CudaBackend, elems: usize) -> Result<u64> {
+        if self.buf.as_ref().is_none_or(|b| b.len() < elems) {
+            self.buf = None;
+            self.holds = None;
+            self.buf = Some(be.raw::<u16>(elems, "packed prefill activations")?);
+        }
+        Ok(self.buf.as_ref().map_or(0u64, |b| dptr(b, &be.stream)))
     }
-    Ok(buf.as_ref().map_or(0u64, |b| dptr(b, &be.stream)))
+}
+
+impl CudaBackend {
+    /// Runs `f`, products over one input that nothing writes meanwhile (q, k and v; gate and
+    /// up), packing that input for `linear_bf16_ws` once instead of once a product
+    /// (`TENSORFOLD_SHARE_PACK=0`: once a product, for A/B timing). Speed only: the image is
+    /// the same bytes either way.
+    pub(crate) fn sharing_packed_input<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        static ON: OnceLock<bool> = OnceLock::new();
+        let on =
+            *ON.get_or_init(|| std::env::var("TENSORFOLD_SHARE_PACK").map_or(true, |v| v != "0"));
+        let set = |sharing| {
+            let mut image = self.act_image.lock().unwrap_or_else(|e| e.into_inner());
+            (image.sharing, image.holds) = (sharing, None);
+        };
+        set(on);
+        let r = f();
+        set(false);
+        r
+    }
 }
 
 #[cfg(test)]
