@@ -255,15 +255,25 @@ __device__ __forceinline__ float mask_max(float (&s)[NB][4], int k, u32 t, int p
     return fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
 }
 
+// TF_ATTN_DB (default 1): the general CTA keeps two buffers of K and of V for head_dim <= 128
+// (the host's `attention_smem` sizes them), so tile t + 1's loads are issued when tile t starts
+// and have a whole tile's work to arrive in; 0 (and head_dim 256): one buffer each, tile t +
+// 1's K issued after tile t's scores and its V after tile t's P V. Only when bytes arrive
+// changes: the same tiles meet the same arithmetic.
+#ifndef TF_ATTN_DB
+#define TF_ATTN_DB 1
+#endif
+
 template <int HD>
 __device__ void attend(const Args& A, u32 zs = 0xffffffffu) {  // zs: mode 1's split (~0: blockIdx.z)
     constexpr int ND = HD / 8;  // 8-wide dim blocks of the output
     constexpr int NB = TK / 8;  // 8-wide position blocks of a score tile
     constexpr int LD = HD + 8;
+    constexpr int BUFS = (TF_ATTN_DB && HD <= 128) ? 2 : 1;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* qs = (bf16*)smem_raw;
-    bf16* ks = qs + MROWS * LD;
-    bf16* vs = ks + TK * LD;
+    bf16* kbase = qs + MROWS * LD;         // BUFS K tiles
+    bf16* vbase = kbase + BUFS * TK * LD;  // BUFS V tiles
     const u32 G = A.heads / A.kvh, rpc = MROWS / G;
     const u32 b = A.rows - 1 - blockIdx.x / A.kvh, g = blockIdx.x % A.kvh;
     const Tile tile = row_tile(A.positions, A.row_table, b, A.rows, rpc);
@@ -288,9 +298,9 @@ __device__ void attend(const Args& A, u32 zs = 0xffffffffu) {  // zs: mode 1's s
     float M[2] = {NEG, NEG}, L[2] = {0.0f, 0.0f}, O[ND][4];
     float m[2], l[2], o[ND][4];
     const u32 t0 = z0 * (SPLIT / TK), t1 = min(z1 * (SPLIT / TK), (tile.n + TK - 1) / TK);
-    load_kv<HD>(ks, A.pool, table, t0, tile.n, base, gofs, A.bs);
+    load_kv<HD>(kbase, A.pool, table, t0, tile.n, base, gofs, A.bs);
     cp_commit();
-    load_kv<HD>(vs, A.pool, table, t0, tile.n, base, gofs + plane, A.bs);
+    load_kv<HD>(vbase, A.pool, table, t0, tile.n, base, gofs + plane, A.bs);
     cp_commit();
     for (u32 t = t0; t < t1; t++) {
         if ((t * TK) % SPLIT == 0) {  // a split starts: fresh state
@@ -298,15 +308,31 @@ __device__ void attend(const Args& A, u32 zs = 0xffffffffu) {  // zs: mode 1's s
 #pragma unroll
             for (int d = 0; d < ND; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
         }
-        cp_wait1();
+        bf16* ks = kbase + (BUFS == 2 ? (t - t0) % 2 : 0) * TK * LD;
+        bf16* vs = vbase + (BUFS == 2 ? (t - t0) % 2 : 0) * TK * LD;
+        if (BUFS == 2) {
+            // Tile t + 1 into the buffers tile t - 1 used (every warp passed the barrier after
+            // its P V): pending groups are then K(t), V(t), K(t + 1), V(t + 1).
+            bf16* kn = kbase + ((t - t0 + 1) % 2) * TK * LD;
+            bf16* vn = vbase + ((t - t0 + 1) % 2) * TK * LD;
+            if (t + 1 < t1) load_kv<HD>(kn, A.pool, table, t + 1, tile.n, base, gofs, A.bs);
+            cp_commit();
+            if (t + 1 < t1) load_kv<HD>(vn, A.pool, table, t + 1, tile.n, base, gofs + plane, A.bs);
+            cp_commit();
+            cp_async_wait<3>();
+        } else {
+            cp_wait1();
+        }
         __syncthreads();
         float s[NB][4];
 #pragma unroll
         for (int nb = 0; nb < NB; nb++) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
         if (active) qk_tile<HD, NB>(s, qs, 16 * warp, ks, lane);
-        __syncthreads();  // every warp is done with K
-        if (t + 1 < t1) load_kv<HD>(ks, A.pool, table, t + 1, tile.n, base, gofs, A.bs);
-        cp_commit();
+        if (BUFS == 1) {
+            __syncthreads();  // every warp is done with K
+            if (t + 1 < t1) load_kv<HD>(ks, A.pool, table, t + 1, tile.n, base, gofs, A.bs);
+            cp_commit();
+        }
         // Online softmax of this tile, per M-row (k = 0: row lane/4, k = 1: row lane/4 + 8).
         float alpha[2];
 #pragma unroll
@@ -336,7 +362,8 @@ __device__ void attend(const Args& A, u32 zs = 0xffffffffu) {  // zs: mode 1's s
             o[d][2] = __fmul_rn(o[d][2], alpha[1]);
             o[d][3] = __fmul_rn(o[d][3], alpha[1]);
         }
-        cp_wait1();
+        if (BUFS == 2) cp_async_wait<2>();
+        else cp_wait1();
         __syncthreads();
         if (active) {
 #pragma unroll
@@ -359,8 +386,10 @@ __device__ void attend(const Args& A, u32 zs = 0xffffffffu) {  // zs: mode 1's s
             }
         }
         __syncthreads();  // every warp is done with V
-        if (t + 1 < t1) load_kv<HD>(vs, A.pool, table, t + 1, tile.n, base, gofs + plane, A.bs);
-        cp_commit();
+        if (BUFS == 1) {
+            if (t + 1 < t1) load_kv<HD>(vs, A.pool, table, t + 1, tile.n, base, gofs + plane, A.bs);
+            cp_commit();
+        }
         if (((t + 1) * TK) % SPLIT != 0 && t + 1 < t1) continue;
         // The split ends here.
         const u32 z = (t * TK) / SPLIT;

@@ -108,10 +108,12 @@ const PARTIAL_BUDGET: usize = 256 << 20;
 /// Query M-rows of a decode CTA (`DROWS` in attention.cu).
 const DROWS: usize = 16;
 
-/// Dynamic shared memory of the attention kernel for `head_dim`: q, K and V tiles of
-/// `head_dim + 8` bf16 per row.
+/// Dynamic shared memory of the attention kernel for `head_dim`: q, then K and V tiles of
+/// `head_dim + 8` bf16 per row, two of each up to head_dim 128 (`TF_ATTN_DB` in attention.cu;
+/// with it off the kernel uses one of each of this room).
 pub(crate) const fn attention_smem(head_dim: usize) -> u32 {
-    ((MROWS + 2 * TK) * (head_dim + 8) * 2) as u32
+    let bufs = if head_dim <= 128 { 2 } else { 1 };
+    ((MROWS + 2 * bufs * TK) * (head_dim + 8) * 2) as u32
 }
 
 /// Dynamic shared memory of the split-mode entries (`attention_dec_hd*`) for splits of
