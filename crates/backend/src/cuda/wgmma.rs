@@ -135,8 +135,8 @@ pub(crate) fn ws_launch(be: &CudaBackend, c: &WsCall) -> Result<()> {
     }
     let key = (c.x, c.row_idx, c.k, c.rows);
     let mut image = be.act_image.lock().unwrap_or_else(|e| e.into_inner());
-    let reuse = image.sharing && image.holds == Some(key);
     let img = image.buffer(be, tile_rows * WS_TILE * ktiles * 64)?;
+    let reuse = image.sharing && image.holds == Some(key);
     if !reuse {
         image.holds = image.sharing.then_some(key);
         let cfg = LaunchConfig {
