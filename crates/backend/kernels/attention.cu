@@ -308,8 +308,8 @@ __device__ void attend(const Args& A, u32 zs = 0xffffffffu) {  // zs: mode 1's s
 #pragma unroll
             for (int d = 0; d < ND; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
         }
-        bf16* ks = kbase + (BUFS == 2 ? (t - t0) % 2 : 0) * TK * LD;
-        bf16* vs = vbase + (BUFS == 2 ? (t - t0) % 2 : 0) * TK * LD;
+        bf16* ks = kbase + ((t - t0) % BUFS) * TK * LD;
+        bf16* vs = vbase + ((t - t0) % BUFS) * TK * LD;
         if (BUFS == 2) {
             // Tile t + 1 into the buffers tile t - 1 used (every warp passed the barrier after
             // its P V): pending groups are then K(t), V(t), K(t + 1), V(t + 1).
@@ -319,10 +319,8 @@ __device__ void attend(const Args& A, u32 zs = 0xffffffffu) {  // zs: mode 1's s
             cp_commit();
             if (t + 1 < t1) load_kv<HD>(vn, A.pool, table, t + 1, tile.n, base, gofs + plane, A.bs);
             cp_commit();
-            cp_async_wait<3>();
-        } else {
-            cp_wait1();
         }
+        cp_async_wait<2 * BUFS - 1>();  // K(t) has arrived
         __syncthreads();
         float s[NB][4];
 #pragma unroll
@@ -362,8 +360,7 @@ __device__ void attend(const Args& A, u32 zs = 0xffffffffu) {  // zs: mode 1's s
             o[d][2] = __fmul_rn(o[d][2], alpha[1]);
             o[d][3] = __fmul_rn(o[d][3], alpha[1]);
         }
-        if (BUFS == 2) cp_async_wait<2>();
-        else cp_wait1();
+        cp_async_wait<BUFS>();  // V(t) has arrived
         __syncthreads();
         if (active) {
 #pragma unroll
