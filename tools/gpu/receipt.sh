@@ -6,7 +6,7 @@
 #   .gpu/torch_peer.py     ../shared/peers/torch_peer.py
 #   .whl/                  openai and its pure-Python deps (cp312 wheels), for bench_concurrent
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
-#        bench ab attnab s8ab shareab peer serve conc big summary
+#        bench ab attnab s8ab peer serve conc big summary
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -121,17 +121,6 @@ stage_s8ab() {
       TENSORFOLD_KERNEL_DEFINES="$d" $B bench -m $W/l8b --device cuda --pp 128 --tg 256 --reps 2 --kv-positions $kv
     done
   done
-}
-# Session 10's switch against the default in the same call: one packing for the products
-# sharing an input (TENSORFOLD_SHARE_PACK=0: one a product) on prefill; it may not move a
-# check exact fingerprint.
-stage_shareab() {
-  for sp in 0 1; do
-    echo "-- TENSORFOLD_SHARE_PACK=$sp"
-    for pp in 2048 8192; do TENSORFOLD_SHARE_PACK=$sp $B bench -m $W/l8b --device cuda --pp $pp --tg 0 --reps 2; done
-  done
-  echo "-- TENSORFOLD_SHARE_PACK=0"
-  TENSORFOLD_SHARE_PACK=0 $B check exact -m $W/l8b --device cuda --tokens 320 | grep -o '^[A-Z]* [a-z]*:\|fingerprint [0-9a-f]*'
 }
 stage_summary() { python3 tools/gpu/summary.py "$OUTD"; }
 stage_serve() {

@@ -5,9 +5,10 @@
 // A CTA computes TM features x TN tokens from shared-memory tiles of TK k, filled by cp.async
 // STAGES - 1 tiles ahead; WM x WN warps, a warp owning MT x NT mma tiles (16 features x 8
 // tokens each). Per element the arithmetic is linear_bf16's:
-// - super-steps of 32 k from k = 0; lane (g, c) reads the 16 bytes at k0 + 8c of feature rows
-//   g and g + 8 and of token g (ld.shared.v4: the same bytes linear_bf16 loads from global
-//   memory), first mma on elements 0..3, second on 4..7, same register order;
+// - super-steps of 32 k from k = 0, each two k16 steps of 16 consecutive k; lane (g, c) feeds
+//   step e the k0 + 16e + 4c .. + 3 of feature rows g and g + 8 and of token g, as
+//   linear_bf16's lanes do after their regroup (the token row by two 8-byte ld.shared, the
+//   feature rows from the interleaved tile below), same register order;
 // - k >= K reads zeros (cp.async src-size 0), exactly the lanes linear_bf16 zeroes (K and the
 //   slice ends are multiples of 8, so a lane's 8 elements are all in or all out);
 // - the accumulator restarts from zero at each slice start s * slice_len; at a slice's end
@@ -69,8 +70,9 @@ __device__ __forceinline__ u32 tl_off(u32 r, u32 j) {
 
 // The feature (weight) tile is stored interleaved, so that one ld.shared.v4 gives a lane the
 // four A registers of an mma in order (a0..a3 = rows g, g + 8, g, g + 8 at k-pairs 0, 0, 1, 1):
-// 16-byte entry (super-step h, half q, pair p, chunk c) holds words 2q, 2q + 1 of chunk c of
-// feature rows r and r + 8 (p = r / 16 * 8 + r % 8) as [r.2q, (r+8).2q, r.2q+1, (r+8).2q+1].
+// 16-byte entry (super-step h, step q, pair p, lane c) holds the 4-byte words 8q + 2c and
+// 8q + 2c + 1 of super-step h (k 16q + 4c .. + 3) of feature rows r and r + 8
+// (p = r / 16 * 8 + r % 8) as [r.w, (r+8).w, r.w+1, (r+8).w+1].
 // Filled by 4-byte cp.async. (With plain [row][TK] tiles ptxas spent about four register moves
 // per mma assembling those quads: 2026-11-30, SASS of the first version.) A quarter-warp reads
 // 8 consecutive entries: no bank conflict.
@@ -87,8 +89,8 @@ __device__ __forceinline__ void tl_tile(u32 n, u32 rows, u32 tm, u32 tn, u32& fi
 }
 
 // One super-step (32 k at half h of the tile) of a warp's MT x NT mma tiles: each accumulator
-// takes its first mma (elements 0..3 of the lane's 8), then its second (4..7), as in
-// linear_bf16.
+// takes its first mma (step 0: k 4c .. + 3 of the super-step), then its second (step 1:
+// k 16 + 4c .. + 3), as in linear_bf16.
 template <int MT, int NT, int TK, int TM>
 __device__ __forceinline__ void tl_step(float (&acc)[MT][NT][4], const unsigned char* As,
                                         const unsigned char* Bs, u32 wm, u32 wn, u32 g, u32 c,
@@ -102,11 +104,13 @@ __device__ __forceinline__ void tl_step(float (&acc)[MT][NT][4], const unsigned 
     }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
-        const uint4 b = *(const uint4*)(Bs + tl_off<TK>(wn * NT * 8 + t * 8 + g, 4 * h + c));
+        const u32 row = wn * NT * 8 + t * 8 + g, half = (c & 1) * 8;
+        const uint2 b0 = *(const uint2*)(Bs + tl_off<TK>(row, 4 * h + (c >> 1)) + half);
+        const uint2 b1 = *(const uint2*)(Bs + tl_off<TK>(row, 4 * h + 2 + (c >> 1)) + half);
 #pragma unroll
         for (int m = 0; m < MT; m++) {
-            mma16816(acc[m][t], a1[m].x, a1[m].y, a1[m].z, a1[m].w, b.x, b.y);
-            mma16816(acc[m][t], a2[m].x, a2[m].y, a2[m].z, a2[m].w, b.z, b.w);
+            mma16816(acc[m][t], a1[m].x, a1[m].y, a1[m].z, a1[m].w, b0.x, b0.y);
+            mma16816(acc[m][t], a2[m].x, a2[m].y, a2[m].z, a2[m].w, b1.x, b1.y);
         }
     }
 }
@@ -153,7 +157,7 @@ __device__ __forceinline__ void tl_body(const bf16* __restrict__ w, const bf16* 
     // Loader. Features: thread copies word kw of rows ar + ARS i (4-byte cp.async into the
     // interleaved layout); tokens: chunk lc of rows lr + BRS i (16-byte cp.async).
     const u32 kw = tid % C::WPR, ar = tid / C::WPR;
-    const u32 adst = tl_aoff<C::TM>(kw / 16, (kw / 2) % 2, ar % 8, (kw % 16) / 4) + (kw % 2) * 8;
+    const u32 adst = tl_aoff<C::TM>(kw / 16, (kw % 16) / 8, ar % 8, (kw % 8) / 2) + (kw % 2) * 8;
     const bf16* wa = w + (u64)(n0 + ar < n ? n0 + ar : 0) * k + 2 * kw;
     const u64 astride = (u64)C::ARS * k;
     const u32 lc = tid % C::CPR, lr = tid / C::CPR;

@@ -9,14 +9,10 @@
 // from +0 and from non-zero starts, on spread, wide-exponent, subnormal-product and cancelling
 // data; feeding other 16-element sets differs in ~90% of the elements). The order of the 16
 // products inside a step made no difference in that probe; which 16 share a step does. So
-// each mma.sync of linear_bf16's chain becomes one wgmma k16 step over the same set: in the
-// super-step at k0 the first mma takes {k0 + 8c + 0..3 : c = 0..3}, the second
-// {k0 + 8c + 4..7}. The copy into shared memory regroups each 32-k super-step accordingly:
-// 8-byte unit (c, half) of the 64-byte super-step (k0 + 8c + 4 half .. + 3) goes to logical
-// k position 16 half + 4c, so wgmma step 2h + half of a 64-k tile reads exactly one set
-// (its positions in the order c = 0..3: the order the probe showed irrelevant; linear_bf16's
-// own register order would need 4-byte copies).
-//
+// each mma.sync of linear_bf16's chain becomes one wgmma k16 step over the same set: 16
+// consecutive k, so a natural [row][64 k] tile (128-byte swizzle) feeds wgmma as it is; the
+// copies here are 8-byte cp.async (a 16-byte one would do; kept as the A/B alternative to
+// gemm90ws.cu's tensor copies).
 // Per element, as linear_bf16 and linear_bf16_tiled (gemm.cu): super-steps of 32 k from k = 0;
 // k >= K reads zeros (cp.async src-size 0; K and slice ends are multiples of 8, so a unit of 4
 // is all in or all out) and super-steps wholly past K are not run; the accumulator restarts
@@ -168,12 +164,10 @@ __device__ __forceinline__ void wg_body(const bf16* __restrict__ w, const bf16* 
     wg_tile(n, rows, C::BM, BN, fi, ti);
     const u32 n0 = fi * C::BM, t0 = ti * BN;
 
-    // Loader: thread copies 8-byte unit u (k 4u .. 4u + 3 of the tile) of rows r0 + RS i.
-    // Unit u = 8h + 2cc + half of super-step h goes to logical k 32h + 16 half + 4cc.
+    // Loader: thread copies 8-byte unit u (k 4u .. 4u + 3 of the tile) of rows r0 + RS i to
+    // its natural place (16-byte chunk u / 2, swizzled).
     const u32 u = tid & 15, r0 = tid >> 4;
-    const u32 h = u >> 3, cc = (u >> 1) & 3, half = u & 1;
-    const u32 chunk = 4 * h + 2 * half + (cc >> 1);
-    const u32 doff = r0 * 128 + ((chunk ^ (r0 & 7)) << 4) + (cc & 1) * 8;
+    const u32 doff = r0 * 128 + (((u >> 1) ^ (r0 & 7)) << 4) + (u & 1) * 8;
     const bf16* wa = w + (u64)(n0 + r0) * k + 4 * u;
     u32 bsrc[C::BLOADS];  // each token copy's source row, ~0 for padding
 #pragma unroll

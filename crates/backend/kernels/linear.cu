@@ -10,11 +10,18 @@
 // or 2,048: a decode row is one 8-token tile with 7 padding columns that read zeros.
 //
 // K order inside a slice: super-steps of 32 k (super-steps wholly past the slice end are not
-// run; k >= K reads zeros). Lane (g = lane / 4, c = lane % 4) loads 16 bytes (8 bf16) of
-// weight rows g and g + 8 and of token g's row, all at k0 + 8c; the first mma takes elements
-// 0..3 of each load, the second elements 4..7. A and B use the same mapping, so each mma sums
-// matching products; the mapping is fixed, so the chain is too. Each k16 step thus sums the
-// set {k0 + 8c + 4h + 0..3 : c = 0..3} (h = 0, 1), not 16 consecutive k.
+// run; k >= K reads zeros), each two mma k16 steps of 16 consecutive k: step e of the
+// super-step at k0 sums the set {k0 + 16e + 0..15}, lane (g = lane / 4, c = lane % 4) feeding
+// k0 + 16e + 4c + {0, 1} as the mma's k pair 2c and k0 + 16e + 4c + {2, 3} as pair 2c + 8, for
+// weight rows g and g + 8 and token g alike. (Which lane feeds which k inside a step changes no
+// bit, tests/cuda_wgmma.rs's probe; which 16 k share a step does.) Consecutive k per step is
+// what lets the Hopper prefill kernel (gemm90ws.cu) read both operands as natural tiles
+// brought by tensor copies. Loads stay 16 bytes: lane c loads the 8 consecutive k of chunk
+// j(c) = 0, 2, 1, 3 (c = 0..3) of the super-step, so lanes c and c ^ 1 hold, between them,
+// both lanes' 4-k runs of both steps; one shuffle of 8 bytes each way gives each lane its own
+// (`regroup`). Session 6 (2026-12-01) measured this definition with 8-byte lane loads and
+// dropped it (every decode product 17-23% slower: twice the load requests); the shuffle keeps
+// the requests of the earlier definition, whose step e took {k0 + 8c + 4e + 0..3 : c}.
 // Weights stream through two register buffers of U super-steps a warp: the next buffer's loads
 // are in flight while the mma steps of the current one run, and a kernel's first buffer is
 // issued before pdl_wait(), overlapping the kernel before it (weights are immutable). H200,
@@ -22,12 +29,6 @@
 // SwiGLU 61.7 -> 63.9 us, down 32.0 -> 30.6, o 9.5 -> 9.8, q/k/v 16.7 -> 14.4, the graphed
 // 32-layer step 5.70 -> 5.68 ms, against the single buffer of 8 super-steps with the same early
 // issue; without the early issue the single buffer took 5.79 ms.
-// Measured and dropped, H200, 2026-12-01: steps of 16 consecutive k (8-byte lane loads at
-// k0 + 4c and k0 + 16 + 4c, which would let the wgmma prefill take TMA tiles without
-// regrouping). With the same two-buffer loop every decode product was 17-23% slower (gate/up
-// 76.1 us, down 37.6, o 11.8; graphed step 6.51 ms, bench 164 tok/s): twice the load requests
-// for the same bytes. 16-byte lane loads cannot feed k16 steps of consecutive k (a lane's 8
-// consecutive k would all fall in one step), so that definition needs a permuted weight layout.
 // Tried and dropped (H200, 2026-11-30, same bits): the decode entries' weights through a
 // per-warp cp.async ring of 4 stages x 2 super-steps. Isolated (ncu, cold L2) it was faster at
 // one row (gate/up + swiglu 79 -> 67 us, down 45 -> 39 us), but served, against the register
@@ -58,6 +59,19 @@ __device__ __forceinline__ uint4 ld_stream16(const bf16* p) {
     uint4 v;
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+// Whether a lane loads its activations as its two 4-k runs (two 8-byte loads, no shuffle; 1,
+// the default) or as the 16-byte chunk it loads of the weights plus a regroup (0). Speed only;
+// H200, 2026-12-02, bench decode with TF_GROUP_MINB=3: 193.1 / 192.9 tok/s against 191.0 /
+// 190.0 with 0.
+#ifndef TF_X_DIRECT
+#define TF_X_DIRECT 1
+#endif
+// 8 bytes of activations at p (cached, as ld_act16).
+__device__ __forceinline__ uint2 ld_act8(const bf16* p) {
+    uint2 v;
+    asm("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
     return v;
 }
 // 16 bytes of activations at p (read by every warp of the CTA: cached).
@@ -103,14 +117,34 @@ __device__ __forceinline__ Slice make_slice(const bf16* __restrict__ w, u32 n, u
     return s;
 }
 
+// The 16-byte chunk (8 consecutive k) of a super-step that lane (g, c) loads: 0, 2, 1, 3 for
+// c = 0..3, so an even lane holds its own run of step 0 (low half) and its partner c + 1's
+// (high half), an odd lane both runs of step 1.
+__device__ __forceinline__ u32 lane_chunk() {
+    const u32 c = threadIdx.x & 3;
+    return (c >> 1) | ((c & 1) << 1);
+}
+
+// The lane's two k16-step operands from its loaded chunk v (lane_chunk()): step 0 gets
+// k0 + 4c .. + 3, step 1 k0 + 16 + 4c .. + 3. Even lanes keep their low half for step 0 and
+// pass the high half to lane c + 1; odd lanes keep their high half for step 1 and pass the low
+// half to lane c - 1. Every lane of the warp must call it (uniform control flow).
+__device__ __forceinline__ void regroup(const uint4 v, uint2& s0, uint2& s1) {
+    const bool even = (threadIdx.x & 1) == 0;
+    const u32 x = even ? v.z : v.x, y = even ? v.w : v.y;
+    const u32 rx = __shfl_xor_sync(0xffffffffu, x, 1), ry = __shfl_xor_sync(0xffffffffu, y, 1);
+    s0 = even ? make_uint2(v.x, v.y) : make_uint2(rx, ry);
+    s1 = even ? make_uint2(rx, ry) : make_uint2(v.z, v.w);
+}
+
 // Issues the weight loads of U super-steps from kk (the lane's two rows).
 template <int U>
 __device__ __forceinline__ void issue_w(const Slice& s, u32 kk, uint4 (&a)[U], uint4 (&b)[U]) {
-    const u32 c = threadIdx.x & 3;
+    const u32 j = lane_chunk();
     const uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int u = 0; u < U; u++) {
-        const u32 kc = kk + 32 * u + 8 * c;
+        const u32 kc = kk + 32 * u + 8 * j;
         a[u] = (s.va && kc < s.k_end) ? ld_stream16(s.wa + kc) : zero;
         b[u] = (s.vb && kc < s.k_end) ? ld_stream16(s.wb + kc) : zero;
     }
@@ -123,21 +157,42 @@ __device__ __forceinline__ void run_steps(const Slice& s, u32 kk, const uint4 (&
                                           const uint4 (&b)[U], float (&acc)[NT][4],
                                           const bf16* const xr[NT], const bool vx[NT], u32 t0,
                                           u32 rows) {
-    const u32 c = threadIdx.x & 3;
+    const u32 j = lane_chunk(), c = threadIdx.x & 3;
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         if (t0 + 8 * t >= rows) break;
         uint4 xv[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const u32 kc = kk + 32 * u + 8 * c;
-            xv[u] = (vx[t] && kc < s.k_end) ? ld_act16(xr[t] + kc) : make_uint4(0, 0, 0, 0);
+            const u32 kb = kk + 32 * u;
+            if (TF_X_DIRECT) {  // the lane's two 4-k runs, loaded where they are
+                const u32 k0 = kb + 4 * c, k1 = k0 + 16;
+                const uint2 z = make_uint2(0, 0);
+                const uint2 p = (vx[t] && k0 < s.k_end) ? ld_act8(xr[t] + k0) : z;
+                const uint2 q = (vx[t] && k1 < s.k_end) ? ld_act8(xr[t] + k1) : z;
+                xv[u] = make_uint4(p.x, p.y, q.x, q.y);
+            } else {
+                const u32 kc = kb + 8 * j;
+                xv[u] = (vx[t] && kc < s.k_end) ? ld_act16(xr[t] + kc) : make_uint4(0, 0, 0, 0);
+            }
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (kk + 32 * u >= s.k_end) break;
-            mma16816(acc[t], a[u].x, b[u].x, a[u].y, b[u].y, xv[u].x, xv[u].y);
-            mma16816(acc[t], a[u].z, b[u].z, a[u].w, b[u].w, xv[u].z, xv[u].w);
+            // Each token tile regroups the weights again (after its activation loads are
+            // issued: the regroup waits for the weights), which keeps one copy of them in
+            // registers; decode calls run one token tile.
+            uint2 a0, a1, b0, b1, x0, x1;
+            regroup(a[u], a0, a1);
+            regroup(b[u], b0, b1);
+            if (TF_X_DIRECT) {
+                x0 = make_uint2(xv[u].x, xv[u].y);
+                x1 = make_uint2(xv[u].z, xv[u].w);
+            } else {
+                regroup(xv[u], x0, x1);
+            }
+            mma16816(acc[t], a0.x, b0.x, a0.y, b0.y, x0.x, x0.y);
+            mma16816(acc[t], a1.x, b1.x, a1.y, b1.y, x1.x, x1.y);
         }
     }
 }
@@ -182,6 +237,14 @@ __device__ __forceinline__ void slice_chain(const Slice& s, uint4 (&a0)[U], uint
 #endif
 #ifndef TF_NT_U
 #define TF_NT_U 2
+#endif
+// CTAs an SM the grouped general entries (linear_bf16_group, linear_bf16_swiglu: 256 threads)
+// ask ptxas to fit (__launch_bounds__'s minimum): 1 leaves it the registers it wants (~100
+// with the regroup, so 2 CTAs an SM), 3 (the default) caps them at 80 (3 CTAs, as before the
+// regroup, at a few spilled words). Speed only; H200, 2026-12-02, bench decode with
+// TF_X_DIRECT=1: 193.1 / 192.9 tok/s against 188.1 / 190.3 with 1.
+#ifndef TF_GROUP_MINB
+#define TF_GROUP_MINB 3
 #endif
 // Whether a product lets the next kernel launch (griddepcontrol.launch_dependents) before its
 // own pdl_wait(): the next kernel's CTAs may then be resident and issue their own early weight
@@ -317,8 +380,12 @@ __device__ __forceinline__ void group_body(GROUP_PARAMS) {
         store_linear(out, 0, (u64)tok * n + f, slice_total<NT>(part, e, 0, S), bias, f);
     }
 }
-extern "C" __global__ void __launch_bounds__(256) linear_bf16_group(GROUP_PARAMS) {
+extern "C" __global__ void __launch_bounds__(256, TF_GROUP_MINB) linear_bf16_group(GROUP_PARAMS) {
     group_body<4, TF_NT_U>(GROUP_ARGS);
+}
+// Decode rows (at most 8), as linear_bf16_d8 (TENSORFOLD_GROUP_D8=1 picks it; same bits).
+extern "C" __global__ void __launch_bounds__(256) linear_bf16_group_d8(GROUP_PARAMS) {
+    group_body<1, TF_D8_U>(GROUP_ARGS);
 }
 
 // swiglu_body: gate and up (both (n, k), K split (S, len), no bias) for the same 16
@@ -354,7 +421,7 @@ __device__ __forceinline__ void swiglu_body(SWIGLU_PARAMS) {
         act[at] = f2bf(s * bf2f(ub));
     }
 }
-extern "C" __global__ void __launch_bounds__(256) linear_bf16_swiglu(SWIGLU_PARAMS) {
+extern "C" __global__ void __launch_bounds__(256, TF_GROUP_MINB) linear_bf16_swiglu(SWIGLU_PARAMS) {
     swiglu_body<4, TF_NT_U>(SWIGLU_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256) linear_bf16_swiglu_d8(SWIGLU_PARAMS) {

@@ -39,7 +39,7 @@ const PK: usize = 4096;
 const PN: usize = 256;
 const PROBE_NS: [usize; 4] = [8, 64, 128, 256];
 const MODES: [&str; 4] =
-    ["linear_bf16 positions", "same sets, natural order", "other sets", "reversed in set"];
+    ["linear_bf16 sets, natural", "same sets, p^5 order", "other sets", "reversed in set"];
 
 /// The probe compiles for every architecture (its wgmma part only on sm_90a); CPU only.
 #[test]
@@ -96,19 +96,22 @@ fn cases() -> Vec<Case> {
     // Cancellation: large values whose products cancel inside and across k16 sets, small ones
     // left over.
     let mut c = make("cancelling", &mut rng, &mut |r, _| spread(r, -12, 0), (-4, 4, true));
+    // k16 sets are 16 consecutive k: k and k + 1 share one, k + 16 is in the other of the
+    // super-step.
+    let planted = || (0..PK).step_by(32).flat_map(|k| [k, k + 8]);
     for row in 0..64 {
-        for k in (0..PK).step_by(8) {
+        for k in planted() {
             let big = bf16_bits(spread(&mut rng, 10, 16));
             c.a[row * PK + k] = big;
             c.a[row * PK + k + 1] = big ^ 0x8000; // -big at a pair partner (same k16 set)
-            c.a[row * PK + k + 4] = big; // and at the other set of the super-step
+            c.a[row * PK + k + 16] = big; // and in the other set of the super-step
         }
     }
     for t in 0..PN {
-        for k in (0..PK).step_by(8) {
+        for k in planted() {
             let v = c.b[t * PK + k];
             c.b[t * PK + k + 1] = v;
-            c.b[t * PK + k + 4] = v ^ 0x8000;
+            c.b[t * PK + k + 16] = v ^ 0x8000;
         }
     }
     out.push(c);
@@ -195,7 +198,7 @@ fn compare(want: &[f32], got: &[f32], n: usize) -> (usize, Vec<String>) {
 }
 
 /// STEP 1: a wgmma m64nNk16 chain gives the accumulator bits of linear_bf16's mma.sync chain
-/// when each k16 step holds the same values at the same logical k positions (mode 0), for N
+/// when each k16 step holds the same 16 k, read from a natural tile (mode 0), for N
 /// 8/64/128/256, from +0 and from non-zero starts, over 256 chained steps. Modes 1 and 3 say
 /// whether the order inside a step matters (printed only); mode 2 (other sets) must differ.
 #[test]
@@ -236,8 +239,8 @@ fn wgmma_step_equals_mma_sync_steps_bitwise() {
     assert!(bad.is_empty(), "wgmma differs from mma.sync:\n{}", bad.join("\n"));
 }
 
-/// The wgmma entry points (gemm90.cu's `WG_ENTRY`s and gemm90ws.cu's `linear_bf16_ws`, which
-/// packs its input first): each must give `linear_bf16`'s bits.
+/// The wgmma entry points (gemm90.cu's `WG_ENTRY`s and gemm90ws.cu's `linear_bf16_ws`, both
+/// operands by tensor copies): each must give `linear_bf16`'s bits.
 const WG: [&str; 3] = ["linear_bf16_wg", "linear_bf16_wg_m192", "linear_bf16_ws"];
 
 /// The entry points a run covers: `TF_WG_KERNELS` (comma-separated) or all of `WG`.

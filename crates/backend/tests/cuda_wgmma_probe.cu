@@ -3,13 +3,15 @@
 // mma.sync m16n8k16 steps over the same values?
 //
 // probe_mma: D[64][nb] = C0 + A (64 x k) . B (nb x k)^T by linear_bf16's chain: per 32-k
-// super-step, lane (g, c) loads 8 bf16 at k0 + 8c of rows g, g + 8 and of token g; first mma on
-// elements 0..3, second on 4..7 (linear.cu's register order).
+// super-step two mma steps, step e fed by lane (g, c) with k0 + 16e + 4c .. + 3 of rows g, g + 8
+// and of token g (linear.cu's positions and register order after its regroup).
 // probe_wg_nN: the same with one warpgroup, a wgmma m64nNk16 per k16 step; the logical k
 // position L of each 64-k tile holds the value at probe_k(L, mode):
-//   0: linear_bf16's positions (the hypothesis: equal bits),
-//   1: the same 16-element sets per step, natural order inside each set,
-//   2: natural order (step s takes k 16s .. 16s + 15: other sets, a control that must differ),
+//   0: natural order, k16 step s takes k 16s .. 16s + 15: linear_bf16's sets (the hypothesis:
+//      equal bits; the prefill kernels read natural tiles),
+//   1: the same 16-element sets, another order inside each set (p ^ 5),
+//   2: the earlier definition's sets, {k0 + 8c + 4e + 0..3 : c} (other sets, a control that
+//      must differ),
 //   3: linear_bf16's sets, the order inside each set reversed.
 
 // The narrower and wider wgmma shapes the probe also tries (gemm90.cu keeps only n128).
@@ -67,17 +69,12 @@ __device__ __forceinline__ void wgmma_n256(float* d, u64 da, u64 db) {
         : "l"(da), "l"(db), "r"(1));
 }
 
-__device__ __forceinline__ u32 probe_exact(u32 p) {
-    const u32 c = (p & 7) >> 1, j = p & 1, hi = p >> 3;
-    return 8 * c + 2 * hi + j;
-}
-
 __device__ __forceinline__ u32 probe_k(u32 L, int mode) {
     const u32 base = L & ~31u, q = (L >> 4) & 1, p = L & 15;
-    if (mode == 0) return base + probe_exact(p) + 4 * q;
-    if (mode == 1) return base + 8 * (p >> 2) + (p & 3) + 4 * q;
-    if (mode == 2) return base + 16 * q + p;
-    return base + probe_exact(15 - p) + 4 * q;
+    if (mode == 0) return L;
+    if (mode == 1) return base + 16 * q + (p ^ 5);
+    if (mode == 2) return base + 8 * (p >> 2) + (p & 3) + 4 * q;
+    return base + 16 * q + 15 - p;
 }
 
 extern "C" __global__ void probe_mma(const bf16* a, const bf16* b, const float* c0, float* d,
@@ -90,11 +87,14 @@ extern "C" __global__ void probe_mma(const bf16* a, const bf16* b, const float* 
         acc[i] = c0[r * nb + col];
     }
     for (u32 k0 = 0; k0 < k; k0 += 32) {
-        const uint4 av = *(const uint4*)(a + (u64)(f0 + g) * k + k0 + 8 * c);
-        const uint4 bv = *(const uint4*)(a + (u64)(f0 + g + 8) * k + k0 + 8 * c);
-        const uint4 xv = *(const uint4*)(b + (u64)(t0 + g) * k + k0 + 8 * c);
-        mma16816(acc, av.x, bv.x, av.y, bv.y, xv.x, xv.y);
-        mma16816(acc, av.z, bv.z, av.w, bv.w, xv.z, xv.w);
+#pragma unroll
+        for (u32 e = 0; e < 2; e++) {
+            const u32 kc = k0 + 16 * e + 4 * c;
+            const uint2 av = *(const uint2*)(a + (u64)(f0 + g) * k + kc);
+            const uint2 bv = *(const uint2*)(a + (u64)(f0 + g + 8) * k + kc);
+            const uint2 xv = *(const uint2*)(b + (u64)(t0 + g) * k + kc);
+            mma16816(acc, av.x, bv.x, av.y, bv.y, xv.x, xv.y);
+        }
     }
     for (int i = 0; i < 4; i++) {
         const u32 r = f0 + g + (i >= 2 ? 8 : 0), col = t0 + 2 * c + (i & 1);

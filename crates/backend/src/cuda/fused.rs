@@ -114,9 +114,7 @@ pub(crate) fn linear_group(
         }
     }
     if !fused {
-        return be.sharing_packed_input(|| {
-            parts.iter_mut().try_for_each(|p| linear::linear(be, x, p.w, p.bias, p.out))
-        });
+        return parts.iter_mut().try_for_each(|p| linear::linear(be, x, p.w, p.bias, p.out));
     }
     let s = &be.stream;
     let mut args: Vec<KArg> =
@@ -155,9 +153,15 @@ pub(crate) fn linear_group(
             format!("{max_slices} slices, {ctas} tiles"),
         ));
     }
-    // No one-tile variant here: on the llama3-8b q/k/v at one row the general kernel took
-    // 16.7 us, a `_d8` one 19.8 us (H200, 2026-11-30).
-    let (name, nt) = ("linear_bf16_group", LINEAR_NT);
+    // The one-tile variant only on request (`TENSORFOLD_GROUP_D8=1`, same bits): on the
+    // llama3-8b q/k/v at one row the general kernel took 16.7 us, the `_d8` one 19.8 us
+    // (H200, 2026-11-30, before the regroup).
+    static GROUP_D8: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let d8 = *GROUP_D8.get_or_init(|| std::env::var("TENSORFOLD_GROUP_D8").is_ok_and(|v| v == "1"));
+    let (name, nt) = match d8 && x.rows <= LINEAR_DECODE_ROWS {
+        true => ("linear_bf16_group_d8", 1),
+        false => ("linear_bf16_group", LINEAR_NT),
+    };
     let cfg = LaunchConfig {
         grid_dim: (ctas as u32, x.rows.div_ceil(8 * nt as usize) as u32, 1),
         block_dim: (32 * max_slices.min(LINEAR_GROUP_WARPS), 1, 1),
@@ -180,10 +184,8 @@ pub(crate) fn linear_swiglu(be: &CudaBackend, a: SwigluArgs<'_, CudaBackend>) ->
         && streams("linear_swiglu", x, gw, a.gate)?
         && streams("linear_swiglu", x, uw, a.up)?;
     if !fused {
-        be.sharing_packed_input(|| {
-            linear::linear(be, x, gw, None, a.gate)?;
-            linear::linear(be, x, uw, None, a.up)
-        })?;
+        linear::linear(be, x, gw, None, a.gate)?;
+        linear::linear(be, x, uw, None, a.up)?;
         return ops::swiglu(be, a.gate, a.up, a.out);
     }
     a.out.check_out("linear_swiglu", x.rows, gw.n)?;

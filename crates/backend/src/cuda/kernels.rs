@@ -168,6 +168,12 @@ pub(crate) const ENTRIES: &[Entry] = &[
         dyn_smem: LINEAR_MAX_SLICES * LINEAR_NT * 32 * 4 * 4,
     },
     Entry {
+        name: "linear_bf16_group_d8",
+        family: "linear",
+        threads: 32 * LINEAR_GROUP_WARPS,
+        dyn_smem: LINEAR_MAX_SLICES * 32 * 4 * 4,
+    },
+    Entry {
         name: "linear_bf16_swiglu",
         family: "linear",
         threads: 32 * LINEAR_GROUP_WARPS,
@@ -184,7 +190,7 @@ pub(crate) const ENTRIES: &[Entry] = &[
     super::wgmma::wg_entry(super::wgmma::WG_SHAPES[0]),
     super::wgmma::wg_entry(super::wgmma::WG_SHAPES[1]),
     super::wgmma::wg_entry(super::wgmma::LINEAR_WS),
-    super::wgmma::PACK_WS,
+    super::wgmma::GATHER,
 ];
 
 /// Whether the backend ever launches `en` on `arch`: the `gemm90` family (wgmma) only on

@@ -108,7 +108,7 @@ enum Kernel {
     Streaming,
     /// `linear_bf16_tiled` (or a candidate configuration of it).
     Tiled(TiledShape),
-    /// `linear_bf16_ws` after `pack_act_ws` (sm_90a).
+    /// `linear_bf16_ws` (sm_90a; `gather_rows` first where its input map needs it).
     Ws,
 }
 

@@ -78,7 +78,7 @@ pub struct CudaBackend {
     /// Step metadata at a fixed address, shared by the batches while no other holds it.
     pub(crate) meta: Mutex<Option<Arc<CudaSlice<u32>>>>,
     /// The packed activations of `linear_bf16_ws` (`wgmma.rs`), grown on demand.
-    pub(crate) act_image: Mutex<wgmma::ActImage>,
+    pub(crate) gathered: Mutex<wgmma::Gathered>,
     /// Greedy tokens of `argmax`, grown on demand.
     pub(crate) tokens: Mutex<Option<CudaSlice<u32>>>,
     /// `sample`'s per-row parameters and weights (`sample.rs`), grown on demand.
@@ -159,7 +159,7 @@ impl CudaBackend {
             device_name,
             scratch: Mutex::new(None),
             meta: Mutex::new(None),
-            act_image: Mutex::new(wgmma::ActImage::default()),
+            gathered: Mutex::new(wgmma::Gathered::default()),
             tokens: Mutex::new(None),
             sample_buf: Mutex::new(None),
             // `TENSORFOLD_CUDA_GRAPHS=0` runs every step direct (A/B timing, debugging).

@@ -1,27 +1,27 @@
 //! The Hopper prefill GEMMs (sm_90a only): `linear_bf16_ws` (`kernels/gemm90ws.cu`, served)
-//! and `linear_bf16_wg` (`kernels/gemm90.cu`): their launch shapes, the activation packing
-//! and weight tensor map the first needs, and the lookup that lets
-//! `CudaBackend::linear_with_kernel` force a product onto either.
+//! and `linear_bf16_wg` (`kernels/gemm90.cu`): their launch shapes, the tensor maps the first
+//! takes, and the lookup that lets `CudaBackend::linear_with_kernel` force a product onto
+//! either.
 //!
 //! Invariant: both give the bits of `linear_bf16` for every element (same K split from
 //! `k_split`, one wgmma k16 step per mma.sync of linear_bf16's chain over the same 16
-//! products, same slice order, bias, one rounding; tests/cuda_wgmma.rs first shows a wgmma step
-//! equals an mma.sync step bit for bit, then compares the kernels). Where a product takes a
-//! prefill kernel (`tiled_for`), `linear.rs` `prefill_config` takes `linear_bf16_ws` on sm_90a
-//! (the contract's row gate compares it with the decode kernels on every shape). Other
+//! consecutive k, same slice order, bias, one rounding; tests/cuda_wgmma.rs first shows a
+//! wgmma step equals an mma.sync step bit for bit, then compares the kernels). Where a product
+//! takes a prefill kernel (`tiled_for`), `linear.rs` `prefill_config` takes `linear_bf16_ws` on
+//! sm_90a (the contract's row gate compares it with the decode kernels on every shape). Other
 //! architectures compile the family to empty entry points, never launched
 //! (`kernels::launched_on`), and are refused here by name.
 //!
-//! Speed (H200, 2026-12-02, 2,048 rows, llama3-8b shapes, packing included): `linear_bf16_ws`
-//! 230-451 TFLOP/s, `linear_bf16_wg` 283-355 in the same run; cuBLAS reaches 678-818, so the
-//! issue's 60% is not reached yet (figures per shape in gemm90ws.cu).
+//! Both operands reach `linear_bf16_ws` by 2-D tensor copies of maps encoded per call (a few
+//! microseconds of host time; prefill steps are never graphed). A call that maps output rows to
+//! input rows (logits) or whose input is not 16-byte aligned first gathers its rows into a
+//! buffer of the backend's (`gather_rows`).
 //!
-//! Rejected: a tensor map for the activations (a per-call map of a buffer the previous kernel
-//! wrote, and the k regrouping would need 8-byte boxes; the packing makes one bulk copy a tile
-//! instead); weights permuted once at load (decode's 16-byte lane loads need the natural
-//! layout).
+//! Rejected: cuBLAS (its kernel choice, and so each element's summation order, depends on
+//! the row count); an activation image packed by an extra kernel (the earlier definition's
+//! step sets needed it: a full read and write of every product's input).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaSlice, LaunchConfig};
 
@@ -76,9 +76,9 @@ const WS_TILE: usize = 128;
 const WS_STAGES: usize = 6;
 // One CTA an SM: 227 KiB of shared memory a block on sm_90.
 const _: () = assert!(LINEAR_WS.smem <= 227 * 1024);
-/// The activation packing that feeds it (a block an image tile of 128 rows x 64 k).
-pub(crate) const PACK_WS: Entry =
-    Entry { name: "pack_act_ws", family: FAMILY, threads: 256, dyn_smem: 0 };
+/// The row gather for calls the input's map cannot take directly (16 bytes a thread).
+pub(crate) const GATHER: Entry =
+    Entry { name: "gather_rows", family: FAMILY, threads: 256, dyn_smem: 0 };
 
 /// Every configuration, as registry entries of the `gemm90` family.
 pub(crate) const fn wg_entry(t: TiledShape) -> Entry {
@@ -123,41 +123,38 @@ pub(crate) fn ws_takes(be: &CudaBackend, w: u64) -> bool {
     runs_on(be.arch()) && w.is_multiple_of(16)
 }
 
-/// Packs the input into the backend's image buffer (`pack_act_ws`), then launches
-/// `linear_bf16_ws` on it. Only direct (unrecorded) steps reach here: products of at least
-/// `TILED_MIN_ROWS` rows, more than a recorded step holds, so the image may grow in place.
-/// Inside [`CudaBackend::sharing_packed_input`], a product whose input the image already holds
-/// skips the packing.
+/// Launches `linear_bf16_ws` on one product, gathering its input rows first when the input's
+/// map cannot address them directly (a row map, or an unaligned input). Only direct
+/// (unrecorded) steps reach here: products of at least `TILED_MIN_ROWS` rows, more than a
+/// recorded step holds, so the gather buffer may grow in place.
 pub(crate) fn ws_launch(be: &CudaBackend, c: &WsCall) -> Result<()> {
-    let (tile_rows, ktiles) = ((c.rows as usize).div_ceil(WS_TILE), c.k.div_ceil(64) as usize);
-    if tile_rows > 65_535 {
-        return Err(BackendError::shape(c.op, format!("{} rows exceed the kernel's grid", c.rows)));
-    }
-    let key = (c.x, c.row_idx, c.k, c.rows);
-    let mut image = be.act_image.lock().unwrap_or_else(|e| e.into_inner());
-    let img = image.buffer(be, tile_rows * WS_TILE * ktiles * 64)?;
-    let reuse = image.sharing && image.holds == Some(key);
-    if !reuse {
-        image.holds = image.sharing.then_some(key);
+    let tile_rows = (c.rows as usize).div_ceil(WS_TILE);
+    let mut x = c.x;
+    if c.row_idx != 0 || !x.is_multiple_of(16) {
+        if c.rows > 65_535 {
+            return Err(BackendError::shape(
+                c.op,
+                format!("{} rows exceed the gather's grid", c.rows),
+            ));
+        }
+        let mut gathered = be.gathered.lock().unwrap_or_else(|e| e.into_inner());
+        x = gathered.buffer(be, c.rows as usize * c.k as usize)?;
         let cfg = LaunchConfig {
-            grid_dim: (ktiles as u32, tile_rows as u32, 1),
-            block_dim: (PACK_WS.threads, 1, 1),
+            grid_dim: (c.k.div_ceil(8 * GATHER.threads), c.rows, 1),
+            block_dim: (GATHER.threads, 1, 1),
             shared_mem_bytes: 0,
         };
-        let args = [c.x.into(), c.row_idx.into(), img.into(), c.k.into(), c.rows.into()];
-        be.launch(PACK_WS.name, cfg, &args)?;
+        be.launch(GATHER.name, cfg, &[c.x.into(), c.row_idx.into(), x.into(), c.k.into()])?;
     }
-    drop(image);
     let tiles = (c.n as usize).div_ceil(WS_TILE) * tile_rows;
     let cfg = LaunchConfig {
         grid_dim: (tiles.min(be.sms.max(1)) as u32, 1, 1),
         block_dim: (LINEAR_WS.threads, 1, 1),
         shared_mem_bytes: LINEAR_WS.smem,
     };
-    let args: [KArg; 11] = [
-        c.w.into(),
-        KArg::Map(Arc::new(weight_map(c)?)),
-        img.into(),
+    let args: [KArg; 10] = [
+        KArg::Map(Arc::new(tile_map(c.op, "weight", c.w, c.n, c.k)?)),
+        KArg::Map(Arc::new(tile_map(c.op, "input", x, c.rows, c.k)?)),
         c.bias.into(),
         c.out.into(),
         c.out_mode.into(),
@@ -170,85 +167,62 @@ pub(crate) fn ws_launch(be: &CudaBackend, c: &WsCall) -> Result<()> {
     be.launch(LINEAR_WS.name, cfg, &args)
 }
 
-/// The weight's tensor map for `linear_bf16_ws` (gemm90ws.cu `TF_WS_ACOPY` 2): bf16
-/// `[n][k]` row-major, boxes of 64 k x 128 rows, no swizzle or interleave, zeros outside.
-fn weight_map(c: &WsCall) -> Result<sys::CUtensorMap> {
+/// The tensor map `linear_bf16_ws` reads an operand through: bf16 `[rows][k]` row-major at
+/// `base` (16-byte aligned), boxes of 64 k x 128 rows in the 128-byte swizzle (the layout
+/// its wgmma descriptors name), zeros outside.
+fn tile_map(op: &str, what: &str, base: u64, rows: u32, k: u32) -> Result<sys::CUtensorMap> {
     use sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 as BF16;
     use sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE as ZEROS;
     use sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE as PLAIN;
     use sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B as L2_256;
-    use sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE as NO_SWIZZLE;
+    use sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B as SWIZZLE_128;
     let mut map = sys::CUtensorMap { opaque: [0; 16] };
-    let dims = [c.k as u64, c.n as u64];
-    let strides = [c.k as u64 * 2];
-    let (boxes, steps) = ([64u32, 128], [1u32, 1]);
+    let dims = [k as u64, rows as u64];
+    let strides = [k as u64 * 2];
+    let (boxes, steps) = ([64u32, WS_TILE as u32], [1u32, 1]);
     // SAFETY: the arrays hold `rank` (2) dims, box sizes and element strides and `rank - 1`
-    // byte strides, as the call reads; `c.w` is a 16-byte aligned device address of n x k
-    // bf16 (`ws_takes`), K a multiple of 8 so the row stride is a multiple of 16 bytes. The
-    // encoding only writes `map`.
+    // byte strides, as the call reads; `base` is a 16-byte aligned device address of rows x k
+    // bf16 (`ws_takes` for weights, `ws_launch` for inputs), K a multiple of 8 so the row
+    // stride is a multiple of 16 bytes. The encoding only writes `map`.
     unsafe {
         sys::cuTensorMapEncodeTiled(
             &mut map,
             BF16,
             2,
-            c.w as *mut std::ffi::c_void,
+            base as *mut std::ffi::c_void,
             dims.as_ptr(),
             strides.as_ptr(),
             boxes.as_ptr(),
             steps.as_ptr(),
             PLAIN,
-            NO_SWIZZLE,
+            SWIZZLE_128,
             L2_256,
             ZEROS,
         )
         .result()
     }
     .map_err(|e| {
-        BackendError::Device(format!("cuda: {}: encoding the weight's tensor map: {e}", c.op))
+        BackendError::Device(format!("cuda: {op}: encoding the {what}'s tensor map: {e}"))
     })?;
     Ok(map)
 }
 
-/// The packed activations (`CudaBackend::act_image`): the buffer, grown on demand, and while
-/// products share an input (`sharing`), which input it holds (input, row map, k, rows).
+/// The gathered input rows of `linear_bf16_ws` calls that need them
+/// (`CudaBackend::gathered`): one buffer, grown on demand.
 #[derive(Default)]
-pub(crate) struct ActImage {
+pub(crate) struct Gathered {
     buf: Option<CudaSlice<u16>>,
-    sharing: bool,
-    holds: Option<(u64, u64, u32, u32)>,
 }
 
-impl ActImage {
+impl Gathered {
     /// The buffer of at least `elems` bf16 (ops run in stream order, and a freed buffer is
-    /// released in stream order too, after the launches that read it). Growing forgets what
-    /// it held.
+    /// released in stream order too, after the launches that read it).
     fn buffer(&mut self, be: &CudaBackend, elems: usize) -> Result<u64> {
         if self.buf.as_ref().is_none_or(|b| b.len() < elems) {
             self.buf = None;
-            self.holds = None;
-            self.buf = Some(be.raw::<u16>(elems, "packed prefill activations")?);
+            self.buf = Some(be.raw::<u16>(elems.max(1), "gathered prefill rows")?);
         }
         Ok(self.buf.as_ref().map_or(0u64, |b| dptr(b, &be.stream)))
-    }
-}
-
-impl CudaBackend {
-    /// Runs `f`, products over one input that nothing writes meanwhile (q, k and v; gate and
-    /// up), packing that input for `linear_bf16_ws` once instead of once a product
-    /// (`TENSORFOLD_SHARE_PACK=0`: once a product, for A/B timing). Speed only: the image is
-    /// the same bytes either way.
-    pub(crate) fn sharing_packed_input<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        static ON: OnceLock<bool> = OnceLock::new();
-        let on =
-            *ON.get_or_init(|| std::env::var("TENSORFOLD_SHARE_PACK").map_or(true, |v| v != "0"));
-        let set = |sharing| {
-            let mut image = self.act_image.lock().unwrap_or_else(|e| e.into_inner());
-            (image.sharing, image.holds) = (sharing, None);
-        };
-        set(on);
-        let r = f();
-        set(false);
-        r
     }
 }
 
