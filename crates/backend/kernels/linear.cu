@@ -68,6 +68,13 @@ __device__ __forceinline__ uint4 ld_stream16(const bf16* p) {
 #ifndef TF_X_DIRECT
 #define TF_X_DIRECT 1
 #endif
+// Whether the general entries (several token tiles a CTA) regroup a buffer's weights once for
+// all its token tiles (1) or once a token tile (0, the default: fewer registers). Speed only;
+// not yet measured (session 11 measured 16 / 64 streams at 0: 1,558 / 2,627 tok/s, against
+// 1,651 / 3,082 before the regroup).
+#ifndef TF_REGROUP_ONCE
+#define TF_REGROUP_ONCE 0
+#endif
 // 8 bytes of activations at p (cached, as ld_act16).
 __device__ __forceinline__ uint2 ld_act8(const bf16* p) {
     uint2 v;
@@ -158,6 +165,18 @@ __device__ __forceinline__ void run_steps(const Slice& s, u32 kk, const uint4 (&
                                           const bf16* const xr[NT], const bool vx[NT], u32 t0,
                                           u32 rows) {
     const u32 j = lane_chunk(), c = threadIdx.x & 3;
+    constexpr bool ONCE = TF_REGROUP_ONCE && NT > 1;
+    uint4 w0[ONCE ? U : 1], w1[ONCE ? U : 1];  // (a.x, b.x, a.y, b.y) of steps 0 and 1
+    if (ONCE) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            uint2 a0, a1, b0, b1;
+            regroup(a[u], a0, a1);
+            regroup(b[u], b0, b1);
+            w0[ONCE ? u : 0] = make_uint4(a0.x, b0.x, a0.y, b0.y);
+            w1[ONCE ? u : 0] = make_uint4(a1.x, b1.x, a1.y, b1.y);
+        }
+    }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         if (t0 + 8 * t >= rows) break;
@@ -179,20 +198,29 @@ __device__ __forceinline__ void run_steps(const Slice& s, u32 kk, const uint4 (&
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (kk + 32 * u >= s.k_end) break;
-            // Each token tile regroups the weights again (after its activation loads are
-            // issued: the regroup waits for the weights), which keeps one copy of them in
-            // registers; decode calls run one token tile.
-            uint2 a0, a1, b0, b1, x0, x1;
-            regroup(a[u], a0, a1);
-            regroup(b[u], b0, b1);
+            // Unless TF_REGROUP_ONCE, each token tile regroups the weights again (after its
+            // activation loads are issued: the regroup waits for the weights), which keeps
+            // one copy of them in registers; decode calls run one token tile.
+            uint4 q0, q1;
+            if (ONCE) {
+                q0 = w0[ONCE ? u : 0];
+                q1 = w1[ONCE ? u : 0];
+            } else {
+                uint2 a0, a1, b0, b1;
+                regroup(a[u], a0, a1);
+                regroup(b[u], b0, b1);
+                q0 = make_uint4(a0.x, b0.x, a0.y, b0.y);
+                q1 = make_uint4(a1.x, b1.x, a1.y, b1.y);
+            }
+            uint2 x0, x1;
             if (TF_X_DIRECT) {
                 x0 = make_uint2(xv[u].x, xv[u].y);
                 x1 = make_uint2(xv[u].z, xv[u].w);
             } else {
                 regroup(xv[u], x0, x1);
             }
-            mma16816(acc[t], a0.x, b0.x, a0.y, b0.y, x0.x, x0.y);
-            mma16816(acc[t], a1.x, b1.x, a1.y, b1.y, x1.x, x1.y);
+            mma16816(acc[t], q0.x, q0.y, q0.z, q0.w, x0.x, x0.y);
+            mma16816(acc[t], q1.x, q1.y, q1.z, q1.w, x1.x, x1.y);
         }
     }
 }
