@@ -4,9 +4,9 @@
 #   .gpu/tensorfold        release binary built on a CPU machine
 #   .gpu/tok/              tokenizer.json + tokenizer_config.json from any `synth --like smollm2`
 #   .gpu/torch_peer.py     ../shared/peers/torch_peer.py
-#   .whl/                  openai and its pure-Python deps (cp312 wheels), for bench_concurrent
+#   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
-#        bench ab attnab s8ab peer serve conc big summary
+#        bench ab attnab s8ab s11ab peer serve conc big summary
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -120,6 +120,20 @@ stage_s8ab() {
     for kv in 384 40960; do
       TENSORFOLD_KERNEL_DEFINES="$d" $B bench -m $W/l8b --device cuda --pp 128 --tg 256 --reps 2 --kv-positions $kv
     done
+  done
+}
+# Session 11's open questions, each against the default in the same call: the general linear
+# entries regrouping weights once for all token tiles (TF_REGROUP_ONCE=1: must keep check
+# exact's fingerprints; 16/64 streams fell 6% / 15% with the consecutive-k definition) and the
+# one-token-tile q/k/v entry (TENSORFOLD_GROUP_D8=1), on decode and aggregate decode.
+stage_s11ab() {
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+  for env in TENSORFOLD_AB=default TENSORFOLD_KERNEL_DEFINES=TF_REGROUP_ONCE=1 TENSORFOLD_GROUP_D8=1; do
+    echo "-- $env"
+    env $env $B check exact -m $W/l8b --device cuda --tokens 320 | grep -o '^[A-Z]* [a-z]*:\|fingerprint [0-9a-f]*'
+    env $env $B bench -m $W/l8b --device cuda --pp 128 --tg 256 --reps 2
+    env $env python3 tools/bench_concurrent.py --levels 16,64 --max-tokens 64 \
+      --model $W/l8b --serve-args "--device cuda"
   done
 }
 stage_summary() { python3 tools/gpu/summary.py "$OUTD"; }
