@@ -16,12 +16,15 @@
 // weight rows g and g + 8 and token g alike. (Which lane feeds which k inside a step changes no
 // bit, tests/cuda_wgmma.rs's probe; which 16 k share a step does.) Consecutive k per step is
 // what lets the Hopper prefill kernel (gemm90ws.cu) read both operands as natural tiles
-// brought by tensor copies. Loads stay 16 bytes: lane c loads the 8 consecutive k of chunk
-// j(c) = 0, 2, 1, 3 (c = 0..3) of the super-step, so lanes c and c ^ 1 hold, between them,
-// both lanes' 4-k runs of both steps; one shuffle of 8 bytes each way gives each lane its own
-// (`regroup`). Session 6 (2026-12-01) measured this definition with 8-byte lane loads and
-// dropped it (every decode product 17-23% slower: twice the load requests); the shuffle keeps
-// the requests of the earlier definition, whose step e took {k0 + 8c + 4e + 0..3 : c}.
+// brought by tensor copies. Weight loads stay 16 bytes: lane c loads the 8 consecutive k of
+// chunk j(c) = 0, 2, 1, 3 (c = 0..3) of the super-step, so lanes c and c ^ 1 hold, between
+// them, both lanes' 4-k runs of both steps; one shuffle of 8 bytes each way gives each lane its
+// own (`regroup`). Activations (cached, few) load as the lane's two 8-byte runs (TF_X_DIRECT).
+// Session 6 (2026-12-01) measured this definition with 8-byte weight loads and dropped it
+// (every decode product 17-23% slower: twice the load requests). With the shuffle (session 11,
+// H200, same call): decode 192 vs 200 tok/s under the earlier definition, whose step e took
+// {k0 + 8c + 4e + 0..3 : c} and needed no shuffle (q/k/v 17.7 vs 14.4 us, o 10.6 vs 9.8, down
+// 31.9 vs 30.9, gate/up + SwiGLU 63.7 vs 64.3), for a prefill GEMM 15-60% faster.
 // Weights stream through two register buffers of U super-steps a warp: the next buffer's loads
 // are in flight while the mma steps of the current one run, and a kernel's first buffer is
 // issued before pdl_wait(), overlapping the kernel before it (weights are immutable). H200,
@@ -44,12 +47,13 @@
 // 202.6). Attention is latency-bound on its KV loads, and any traffic beside it slows it more
 // than o gains.
 //
-// Two entry points compute it: linear_bf16 (here: operands straight from global memory, K
-// slices on warps; for decode and small batches) and linear_bf16_tiled (gemm.cu, or
-// linear_bf16_wg in gemm90.cu on sm_90a: shared-memory
-// tiles, a cp.async pipeline, one CTA walking every slice in order; for prefill). Same mma, same K
-// mapping, same slices, same zero padding, same combine order: the same bits for every
-// element (the contract's row gate and tests/cuda_ops.rs check it). The grouped decode entries
+// Several entry points compute it: linear_bf16 (here: operands straight from global memory, K
+// slices on warps; for decode and small batches) and, for prefill, linear_bf16_tiled
+// (gemm.cu: shared-memory tiles, a cp.async pipeline, one CTA walking every slice in order)
+// or on sm_90a linear_bf16_ws (gemm90ws.cu: wgmma on tiles brought by tensor copies) and
+// linear_bf16_wg (gemm90.cu). Same k16 sets, same slices, same zero padding, same combine
+// order: the same bits for every element (the contract's row gate, tests/cuda_linear.rs and
+// tests/cuda_wgmma.rs check it). The grouped decode entries
 // at the end (linear_bf16_group: q, k, v in one launch; linear_bf16_swiglu: gate and up with
 // the SwiGLU epilogue) run the same slice chains and combine, so they give linear_bf16's bits
 // (tests/cuda_fused.rs compares them with the separate launches bit for bit).

@@ -42,8 +42,8 @@ pub const FAMILIES: &[Family] = &[
     },
     Family { name: "linear", source: include_str!("../../kernels/linear.cu") },
     Family { name: "gemm", source: include_str!("../../kernels/gemm.cu") },
-    // One unit from two files (the shared-memory-operand kernel and its helpers; the
-    // copy-warp kernel with weights in registers and its activation packing).
+    // One unit from two files (the cp.async wgmma kernel and its helpers; the copy-warp
+    // kernel fed by tensor copies and its row gather).
     Family {
         name: "gemm90",
         source: concat!(

@@ -77,7 +77,8 @@ pub struct CudaBackend {
     pub(crate) scratch: Mutex<Option<CudaSlice<f32>>>,
     /// Step metadata at a fixed address, shared by the batches while no other holds it.
     pub(crate) meta: Mutex<Option<Arc<CudaSlice<u32>>>>,
-    /// The packed activations of `linear_bf16_ws` (`wgmma.rs`), grown on demand.
+    /// The gathered input rows of `linear_bf16_ws` calls that need them (`wgmma.rs`), grown
+    /// on demand.
     pub(crate) gathered: Mutex<wgmma::Gathered>,
     /// Greedy tokens of `argmax`, grown on demand.
     pub(crate) tokens: Mutex<Option<CudaSlice<u32>>>,
