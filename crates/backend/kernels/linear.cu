@@ -148,6 +148,16 @@ __device__ __forceinline__ void regroup(const uint4 v, uint2& s0, uint2& s1) {
     s1 = even ? make_uint2(rx, ry) : make_uint2(v.z, v.w);
 }
 
+// The A operands of a super-step's two mma steps from the lane's loaded chunks of weight rows
+// g (a) and g + 8 (b): q_e = (a.lo, b.lo, a.hi, b.hi) of step e, the mma's a0..a3.
+__device__ __forceinline__ void regroup_w(const uint4 a, const uint4 b, uint4& q0, uint4& q1) {
+    uint2 a0, a1, b0, b1;
+    regroup(a, a0, a1);
+    regroup(b, b0, b1);
+    q0 = make_uint4(a0.x, b0.x, a0.y, b0.y);
+    q1 = make_uint4(a1.x, b1.x, a1.y, b1.y);
+}
+
 // Issues the weight loads of U super-steps from kk (the lane's two rows).
 template <int U>
 __device__ __forceinline__ void issue_w(const Slice& s, u32 kk, uint4 (&a)[U], uint4 (&b)[U]) {
@@ -170,16 +180,10 @@ __device__ __forceinline__ void run_steps(const Slice& s, u32 kk, const uint4 (&
                                           u32 rows) {
     const u32 j = lane_chunk(), c = threadIdx.x & 3;
     constexpr bool ONCE = TF_REGROUP_ONCE && NT > 1;
-    uint4 w0[ONCE ? U : 1], w1[ONCE ? U : 1];  // (a.x, b.x, a.y, b.y) of steps 0 and 1
+    uint4 w0[U], w1[U];  // regroup_w of each super-step, when ONCE
     if (ONCE) {
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            uint2 a0, a1, b0, b1;
-            regroup(a[u], a0, a1);
-            regroup(b[u], b0, b1);
-            w0[ONCE ? u : 0] = make_uint4(a0.x, b0.x, a0.y, b0.y);
-            w1[ONCE ? u : 0] = make_uint4(a1.x, b1.x, a1.y, b1.y);
-        }
+        for (int u = 0; u < U; u++) regroup_w(a[u], b[u], w0[u], w1[u]);
     }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -206,16 +210,8 @@ __device__ __forceinline__ void run_steps(const Slice& s, u32 kk, const uint4 (&
             // activation loads are issued: the regroup waits for the weights), which keeps
             // one copy of them in registers; decode calls run one token tile.
             uint4 q0, q1;
-            if (ONCE) {
-                q0 = w0[ONCE ? u : 0];
-                q1 = w1[ONCE ? u : 0];
-            } else {
-                uint2 a0, a1, b0, b1;
-                regroup(a[u], a0, a1);
-                regroup(b[u], b0, b1);
-                q0 = make_uint4(a0.x, b0.x, a0.y, b0.y);
-                q1 = make_uint4(a1.x, b1.x, a1.y, b1.y);
-            }
+            if (ONCE) q0 = w0[u], q1 = w1[u];
+            else regroup_w(a[u], b[u], q0, q1);
             uint2 x0, x1;
             if (TF_X_DIRECT) {
                 x0 = make_uint2(xv[u].x, xv[u].y);

@@ -79,7 +79,7 @@ pub struct CudaBackend {
     pub(crate) meta: Mutex<Option<Arc<CudaSlice<u32>>>>,
     /// The gathered input rows of `linear_bf16_ws` calls that need them (`wgmma.rs`), grown
     /// on demand.
-    pub(crate) gathered: Mutex<wgmma::Gathered>,
+    pub(crate) gathered: Mutex<Option<CudaSlice<u16>>>,
     /// Greedy tokens of `argmax`, grown on demand.
     pub(crate) tokens: Mutex<Option<CudaSlice<u32>>>,
     /// `sample`'s per-row parameters and weights (`sample.rs`), grown on demand.
@@ -160,7 +160,7 @@ impl CudaBackend {
             device_name,
             scratch: Mutex::new(None),
             meta: Mutex::new(None),
-            gathered: Mutex::new(wgmma::Gathered::default()),
+            gathered: Mutex::new(None),
             tokens: Mutex::new(None),
             sample_buf: Mutex::new(None),
             // `TENSORFOLD_CUDA_GRAPHS=0` runs every step direct (A/B timing, debugging).

@@ -23,7 +23,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{sys, CudaSlice, LaunchConfig};
+use cudarc::driver::{sys, LaunchConfig};
 
 use super::kernels::{Entry, TiledShape};
 use super::tensor::dptr;
@@ -137,8 +137,7 @@ pub(crate) fn ws_launch(be: &CudaBackend, c: &WsCall) -> Result<()> {
                 format!("{} rows exceed the gather's grid", c.rows),
             ));
         }
-        let mut gathered = be.gathered.lock().unwrap_or_else(|e| e.into_inner());
-        x = gathered.buffer(be, c.rows as usize * c.k as usize)?;
+        x = gathered_rows(be, c.rows as usize * c.k as usize)?;
         let cfg = LaunchConfig {
             grid_dim: (c.k.div_ceil(8 * GATHER.threads), c.rows, 1),
             block_dim: (GATHER.threads, 1, 1),
@@ -207,23 +206,16 @@ fn tile_map(op: &str, what: &str, base: u64, rows: u32, k: u32) -> Result<sys::C
     Ok(map)
 }
 
-/// The gathered input rows of `linear_bf16_ws` calls that need them
-/// (`CudaBackend::gathered`): one buffer, grown on demand.
-#[derive(Default)]
-pub(crate) struct Gathered {
-    buf: Option<CudaSlice<u16>>,
-}
-
-impl Gathered {
-    /// The buffer of at least `elems` bf16 (ops run in stream order, and a freed buffer is
-    /// released in stream order too, after the launches that read it).
-    fn buffer(&mut self, be: &CudaBackend, elems: usize) -> Result<u64> {
-        if self.buf.as_ref().is_none_or(|b| b.len() < elems) {
-            self.buf = None;
-            self.buf = Some(be.raw::<u16>(elems.max(1), "gathered prefill rows")?);
-        }
-        Ok(self.buf.as_ref().map_or(0u64, |b| dptr(b, &be.stream)))
+/// The gathered-rows buffer (`CudaBackend::gathered`) of at least `elems` bf16, grown on
+/// demand (ops run in stream order, and a freed buffer is released in stream order too, after
+/// the launches that read it), as attention's `partials`.
+fn gathered_rows(be: &CudaBackend, elems: usize) -> Result<u64> {
+    let mut buf = be.gathered.lock().unwrap_or_else(|e| e.into_inner());
+    if buf.as_ref().is_none_or(|b| b.len() < elems) {
+        *buf = None;
+        *buf = Some(be.raw::<u16>(elems.max(1), "gathered prefill rows")?);
     }
+    Ok(buf.as_ref().map_or(0u64, |b| dptr(b, &be.stream)))
 }
 
 #[cfg(test)]
