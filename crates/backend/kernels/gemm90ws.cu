@@ -20,7 +20,14 @@
 // tensor copies. Warpgroups 1 and 2 each own 64 features of the tile: wait for `full`, issue 4
 // wgmma m64n128k16 (SS), commit, and once the tile's group before has completed (TF_WS_DEPTH
 // groups in flight) release that stage on `empty`. A CTA's next tile's copies run while its
-// consumers store the last one. Branches between wgmmas are warp-uniform by construction
+// consumers store the last one: bf16 outputs by stmatrix into a staging area and then whole
+// 16-byte chunks of a token's features (`ws_store_staged`), f32 outputs element by element.
+// The staged epilogue (session 12, H200, same call): 392 -> 568 TFLOP/s at 4096 x 4096 and
+// 2,048 rows, 337 -> 452 at 1024 x 4096, 430 -> 600 at 14336 x 4096, 530 -> 659 at
+// 4096 x 14336; served prefill 2,048 / 8,192: 22,547 / 15,335 -> 25,916-26,557 / 16,695 tok/s.
+// ncu before it (q shape): tensor pipe active 38% of the time, the top stalls instruction
+// fetch and barrier waits; its 64 element stores a thread (half of each 32-byte sector used)
+// held both consumers away from the next tile. Branches between wgmmas are warp-uniform by construction
 // (role from a shuffle, arrivals predicated inside the asm): ptxas serializes the wgmmas
 // otherwise.
 //
@@ -60,10 +67,12 @@ struct __align__(64) WsMap {
 #define WS_A_BYTES (WS_BM * 128)
 #define WS_B_BYTES (WS_BN * 128)
 #define WS_STAGE (WS_A_BYTES + WS_B_BYTES)
+// The bf16 epilogue's staging: a consumer warpgroup's 128 tokens x 64 features, 128-byte rows.
+#define WS_EPI_BYTES (WS_BN * 128)
 // Stages (weight tile, then token tile: 1,024-byte multiples), their mbarriers (full[s],
-// empty[s]) and 1 KiB of slack to align the tiles to the 1,024-byte swizzle atom.
-// cuda/wgmma.rs `LINEAR_WS` mirrors it.
-#define WS_SMEM (WS_STAGES * WS_STAGE + 2 * WS_STAGES * 8 + 1024)
+// empty[s]), the two consumers' staging and 1 KiB of slack to align the tiles to the
+// 1,024-byte swizzle atom. cuda/wgmma.rs `LINEAR_WS` mirrors it.
+#define WS_SMEM (WS_STAGES * WS_STAGE + 2 * WS_STAGES * 8 + 2 * WS_EPI_BYTES + 1024)
 
 #if WG_ENABLED
 // Arrives on bar when `pred` (a predicate inside the asm, not a branch: a lane-dependent
@@ -85,6 +94,7 @@ __device__ __forceinline__ void ws_tensor_copy(u32 dst, const WsMap& map, u32 x,
 struct WsGrid {
     u32 n, k, rows, tf, tt, ktiles;
     u32 full, empty, sbase;  // shared addresses: full[s] = full + 8 s, likewise empty
+    u32 stage_out;           // the consumers' epilogue staging (WS_EPI_BYTES each)
 };
 
 // The copy warp (its thread 0 issues): for every 64-k tile of this CTA's tiles, a free stage,
@@ -152,11 +162,73 @@ __device__ __forceinline__ void ws_tile_k(const WsGrid& G, WsChain& ch, u32 it, 
     }
 }
 
+// Four 8x8 bf16 matrices from the mma fragment layout (lane: row lane / 4, columns 2 (lane % 4)
+// and + 1 of each r_m), stored transposed: lane 8m + j gives the shared address of row j of
+// matrix m, which receives column j.
+__device__ __forceinline__ void stmatrix_t4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+                 "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+                 : "memory");
+}
+// Named barrier `id` over the 128 threads of one consumer warpgroup.
+__device__ __forceinline__ void ws_wg_bar(u32 id) {
+    asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
+}
+
+// The bf16 epilogue of a consumer warpgroup's 64 features x 128 tokens: each element's
+// value exactly as store_linear forms it (the total, + bias, one rounding), written by
+// stmatrix into the warpgroup's staging as [token][64 features] (16-byte chunk j of token
+// row r at chunk j ^ (r % 8)), then stored as whole 16-byte chunks of a token's features.
+// Needs n % 8 == 0 and a 16-byte aligned out (the caller checks): a chunk is all in or all
+// out of range. Same values as the direct stores; only the path to memory differs.
+__device__ __forceinline__ void ws_store_staged(const WsGrid& G, u32 cw, u32 stg, const float* tot,
+                                                u32 empty, const float* __restrict__ bias,
+                                                bf16* out, u32 n0, u32 t0) {
+    const u32 t = threadIdx.x & 127, warp = t >> 5, lane = t & 31, g = lane >> 2;
+    float b[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const u32 f = n0 + 64 * cw + 16 * warp + g + 8 * h;
+        if (bias && f < G.n) b[h] = bias[f];
+    }
+    u32 r[16][2];  // (token group i, half h): this lane's two tokens as bf16x2
+#pragma unroll
+    for (int i = 0; i < WS_BN / 8; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float v0 = tot[4 * i + 2 * h], v1 = tot[4 * i + 2 * h + 1];
+            for (u32 s = 0; s < empty; s++) v0 += 0.0f, v1 += 0.0f;
+            if (bias) v0 += b[h], v1 += b[h];
+            r[i][h] = (u32)f2bf(v0) | ((u32)f2bf(v1) << 16);
+        }
+    ws_wg_bar(1 + cw);  // the staging's previous tile has been read by every lane
+    const u32 m = lane >> 3, j = lane & 7;
+#pragma unroll
+    for (int i = 0; i < WS_BN / 8; i += 2) {
+        const u32 tok = 8 * (i + (m >> 1)) + j, chunk = 2 * warp + (m & 1);
+        stmatrix_t4(stg + tok * 128 + ((chunk ^ j) << 4), r[i][0], r[i][1], r[i + 1][0],
+                    r[i + 1][1]);
+    }
+    ws_wg_bar(1 + cw);
+#pragma unroll
+    for (int p = 0; p < WS_BN * 8 / 128; p++) {
+        const u32 q = t + 128 * p, tok = q >> 3, ch = q & 7;
+        const u32 f = n0 + 64 * cw + 8 * ch;
+        uint4 v;
+        asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "r"(stg + tok * 128 + ((ch ^ (tok & 7)) << 4)));
+        if (t0 + tok < G.rows && f < G.n) *(uint4*)(out + (u64)(t0 + tok) * G.n + f) = v;
+    }
+}
+
 // A consumer warpgroup (cw = 0, 1: features 64 cw .. of each tile).
 __device__ __forceinline__ void ws_consume(const WsGrid& G, u32 cw, const float* __restrict__ bias,
                                            void* out, int out_mode, u32 slice_len, u32 slices) {
     const u32 warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const u32 row = 64 * cw + 16 * warp + g;
+    // bf16 outputs leave through the staging (whole 16-byte chunks); others element by element.
+    const bool staged = out_mode == 0 && G.n % 8 == 0 && ((u64)out & 15) == 0;
     WsChain ch;
     u32 it = 0;
     for (u32 tile = blockIdx.x; tile < G.tf * G.tt; tile += gridDim.x) {
@@ -174,6 +246,11 @@ __device__ __forceinline__ void ws_consume(const WsGrid& G, u32 cw, const float*
         const u32 used = slice_len ? (G.k + slice_len - 1) / slice_len : 0;
         const u32 empty = slices > used ? slices - used : 0;
         const u32 n0 = fi * WS_BM, t0 = ti * WS_BN;
+        if (staged) {
+            ws_store_staged(G, cw, G.stage_out + cw * WS_EPI_BYTES, ch.tot, empty, bias,
+                            (bf16*)out, n0, t0);
+            continue;
+        }
 #pragma unroll
         for (int i = 0; i < WS_BN / 8; i++)
 #pragma unroll
@@ -203,6 +280,7 @@ __device__ __forceinline__ void ws_body(const WsMap& wmap, const WsMap& xmap,
     G.sbase = (raw + 1023) & ~1023u;
     G.full = G.sbase + WS_STAGES * WS_STAGE;
     G.empty = G.full + 8 * WS_STAGES;
+    G.stage_out = G.empty + 8 * WS_STAGES;
     if (threadIdx.x == 0) {
         for (u32 s = 0; s < WS_STAGES; s++) {
             mbar_init_at(G.full + 8 * s, 1);

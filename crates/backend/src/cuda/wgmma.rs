@@ -62,14 +62,15 @@ pub(crate) const LINEAR_WG_M192: TiledShape = wg_shape_of("linear_bf16_wg_m192",
 pub(crate) const WG_SHAPES: [TiledShape; 2] = [LINEAR_WG, LINEAR_WG_M192];
 
 /// `linear_bf16_ws` (gemm90ws.cu): persistent CTAs of a copy warpgroup and two wgmma
-/// warpgroups over 128 x 128 tiles, 6 stages of (128 + 128) rows x 64 k, their 12 mbarriers
-/// and 1 KiB of alignment slack (`WS_SMEM`). `features`/`tokens` are its tile.
+/// warpgroups over 128 x 128 tiles, 6 stages of (128 + 128) rows x 64 k, their 12 mbarriers,
+/// the two consumers' epilogue staging (128 tokens x 128 bytes each) and 1 KiB of alignment
+/// slack (`WS_SMEM`). `features`/`tokens` are its tile.
 pub(crate) const LINEAR_WS: TiledShape = TiledShape {
     name: "linear_bf16_ws",
     features: WS_TILE,
     tokens: WS_TILE,
     threads: 384,
-    smem: (WS_STAGES * 2 * WS_TILE * 128 + 2 * WS_STAGES * 8 + 1024) as u32,
+    smem: (WS_STAGES * 2 * WS_TILE * 128 + 2 * WS_STAGES * 8 + 2 * WS_TILE * 128 + 1024) as u32,
 };
 /// gemm90ws.cu's `WS_BM` = `WS_BN` and `WS_STAGES`.
 const WS_TILE: usize = 128;
