@@ -70,7 +70,7 @@ stage_yardsticks() { python3 tools/gpu/yardsticks.py --ckpt $W/l8b --tokens 2048
 stage_conc() {
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
   python3 tools/bench_concurrent.py --levels 1,16,64 --alone --max-tokens 64 \
-    --model $W/l8b --serve-args "--device cuda"; echo "bench_concurrent rc=$?"
+    --model $W/l8b --serve-args "--device cuda --context 2048"; echo "bench_concurrent rc=$?"
 }
 # The 33B geometry (~62 GiB): more than this machine's disk holds beside the rest, so its
 # shards are spread over RAM (/dev/shm) and disk with `synth --shard-dir`.
@@ -140,7 +140,7 @@ stage_summary() { python3 tools/gpu/summary.py "$OUTD"; }
 stage_serve() {
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
   python3 tools/bench_concurrent.py --levels 1,4,16 --alone --serial --max-tokens 32 \
-    --model $W/l8b --serve-args "--device cuda"; echo "bench_concurrent rc=$?"
+    --model $W/l8b --serve-args "--device cuda --context 2048"; echo "bench_concurrent rc=$?"
 }
 for s in "$@"; do
   log "$s"

@@ -12,6 +12,7 @@
 
 use std::ffi::{c_char, CString};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use cudarc::nvrtc::{result as nvrtc, sys};
 
@@ -221,6 +222,45 @@ pub fn cubin_cached(dir: Option<&Path>, family: &Family, arch: &str) -> Result<V
         }
     }
     Ok(bytes)
+}
+
+/// Every family's CUBIN for one architecture, each produced once by whichever asks first: a
+/// launch, or (with `background`) one detached thread a family started at creation, so a cold
+/// start compiles the families in parallel instead of one at a time at first use. A caller
+/// asking for a family a thread is compiling waits for that result. NVRTC compiles distinct
+/// programs concurrently; the process may exit before the threads finish.
+#[derive(Clone)]
+pub struct Cubins {
+    arch: String,
+    cache: Option<PathBuf>,
+    slots: Arc<Vec<Slot>>,
+}
+
+/// One family's CUBIN or its compile log, once produced.
+type Slot = OnceLock<Result<Vec<u8>, String>>;
+
+impl Cubins {
+    pub fn new(arch: &str, cache: Option<PathBuf>, background: bool) -> Cubins {
+        let slots = Arc::new(FAMILIES.iter().map(|_| OnceLock::new()).collect());
+        let set = Cubins { arch: arch.to_string(), cache, slots };
+        if background {
+            for (i, fam) in FAMILIES.iter().enumerate() {
+                let set = set.clone();
+                let spawned = std::thread::Builder::new()
+                    .name(format!("nvrtc-{}", fam.name))
+                    .spawn(move || drop(set.get(i)));
+                // Without a thread this family compiles at first use.
+                drop(spawned);
+            }
+        }
+        set
+    }
+
+    /// The CUBIN of `FAMILIES[i]` (from the disk cache when present, else compiled).
+    pub fn get(&self, i: usize) -> Result<Vec<u8>, String> {
+        let fam = &FAMILIES[i];
+        self.slots[i].get_or_init(|| cubin_cached(self.cache.as_deref(), fam, &self.arch)).clone()
+    }
 }
 
 #[cfg(test)]

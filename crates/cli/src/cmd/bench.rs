@@ -75,6 +75,7 @@ fn run_on<B: Backend + 'static>(a: BenchArgs, backend: B) -> Result<()> {
             stop_tokens: &[],
             chunk: rows,
         };
+        let started = t0.elapsed();
         let (_, st) = gen.generate_tokens(&req, &mut |_| true)?;
         println!(
             "{}",
@@ -87,6 +88,10 @@ fn run_on<B: Backend + 'static>(a: BenchArgs, backend: B) -> Result<()> {
                 "pp_tok_s": st.prompt_tok_per_s(),
                 "tg_tok_s": st.decode_tok_per_s(),
                 "load_s": load_s,
+                // Rep 0: from opening the checkpoint to its first token (kernel compilation
+                // included unless the kernel cache holds them); null for the others.
+                "first_token_s": (rep == 0)
+                    .then(|| (started + st.time_to_first_token).as_secs_f64()),
             })
         );
     }
