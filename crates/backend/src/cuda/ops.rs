@@ -202,9 +202,12 @@ pub(crate) fn swiglu(
             dptr(&out.buf, s),
             out.is_f32(),
         );
+        // All-bf16 operands of n % 8 == 0 go 8 elements a thread (elementwise.cu).
+        let vec = gf == 0 && uf == 0 && of == 0 && n % 8 == 0;
+        let threads = if vec { n / 8 } else { n };
         be.launch(
             "swiglu",
-            cfg(flat_grid(n as usize), 256),
+            cfg(flat_grid(threads as usize), 256),
             &[gp.into(), gf.into(), up.into(), uf.into(), op.into(), of.into(), n.into()],
         )?;
     }
