@@ -203,7 +203,7 @@ pub(crate) fn swiglu(
             out.is_f32(),
         );
         // All-bf16 operands of n % 8 == 0 go 8 elements a thread (elementwise.cu).
-        let vec = gf == 0 && uf == 0 && of == 0 && n % 8 == 0;
+        let vec = gf == 0 && uf == 0 && of == 0 && n.is_multiple_of(8);
         let threads = if vec { n / 8 } else { n };
         be.launch(
             "swiglu",
