@@ -6,7 +6,7 @@
 #   .gpu/torch_peer.py     ../shared/peers/torch_peer.py
 #   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
-#        bench ab attnab s8ab s11ab peer serve conc big summary
+#        bench products ab attnab s8ab s11ab peer serve conc big summary
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -63,6 +63,11 @@ stage_yardstick() {
 stage_bench() {
   $B bench -m $W/l8b --device cuda --pp 128 --tg 256 --reps 3
   for pp in 2048 8192 32768; do $B bench -m $W/l8b --device cuda --pp $pp --tg 0 --reps 2; done
+}
+# The served prefill GEMM alone on the model's shapes (summary weighs it against yardsticks'
+# cuBLAS): needs the cuda_wgmma test binary as .gpu/cuda_wgmma.
+stage_products() {
+  TF_WG_KERNELS=linear_bf16_ws timeout 300 .gpu/cuda_wgmma --ignored --nocapture wg_linear_speed | grep "TFLOP"
 }
 stage_peer() { python3 .gpu/torch_peer.py --ckpt $W/l8b --prefill 2048,8192,32768 ${PEER_ARGS:-}; }
 stage_yardsticks() { python3 tools/gpu/yardsticks.py --ckpt $W/l8b --tokens 2048,8192; }

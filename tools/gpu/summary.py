@@ -5,7 +5,7 @@ wrote in one call (default: $OUT, else /tmp/tfgpu/out):
     python3 tools/gpu/summary.py [LOG_DIR]
 
 Reads yardsticks.log (tools/gpu/yardsticks.py: copy bandwidth, roofline, cuBLAS on the model's
-shapes), bench.log (`tensorfold bench` JSON lines: decode and prefill), peer.log
+shapes), products.log (the cuda_wgmma test binary's wg_linear_speed lines), bench.log (`tensorfold bench` JSON lines: decode and prefill), peer.log
 (torch_peer.py JSON lines, the last one holds every figure), conc.log (bench_concurrent) and
 big.log (the 33B geometry), and prints each figure beside its target: % of roofline, % of
 cuBLAS, and the ratio to PyTorch measured in the same call. A missing log leaves its rows out;
@@ -37,13 +37,38 @@ def med(xs):
 
 
 def bench_figures(rows):
-    """{(pp, tg): (median pp tok/s, median tg tok/s, load s)} of tensorfold bench lines."""
+    """{(pp, tg): (median pp tok/s, median tg tok/s, load s, first token s)} of tensorfold
+    bench lines. Rep 0 (first-use compilation) is left out of the medians when later reps
+    exist; its first_token_s is the cold start figure."""
     by = {}
     for r in rows:
         if r.get("engine") == "tensorfold":
             by.setdefault((r["pp"], r["tg"]), []).append(r)
-    return {k: (med([r["pp_tok_s"] for r in v]), med([r["tg_tok_s"] for r in v if r["tg"]]),
-                min(r["load_s"] for r in v)) for k, v in by.items()}
+    out = {}
+    for k, v in by.items():
+        warm = [r for r in v if r.get("rep", 0) > 0] or v
+        first = [r["first_token_s"] for r in v if r.get("first_token_s") is not None]
+        out[k] = (med([r["pp_tok_s"] for r in warm]), med([r["tg_tok_s"] for r in warm if r["tg"]]),
+                  min(r["load_s"] for r in v), first[0] if first else None)
+    return out
+
+
+def products(path, y):
+    """The served prefill GEMM (linear_bf16_ws) on the model's shapes, from the
+    `cuda_wgmma wg_linear_speed` lines: {rows: (FLOP-weighted TFLOP/s, cuBLAS's)}."""
+    if not path.is_file() or not y.get("gemm"):
+        return {}
+    rate = {}
+    for m in re.finditer(r"wg TFLOP/s (\d+)x(\d+) linear_bf16_ws\s*:(.*)", path.read_text()):
+        for r, t in re.findall(r"r(\d+): (\d+)", m.group(3)):
+            rate[(int(m.group(1)), int(m.group(2)), r)] = float(t)
+    out = {}
+    for rows, g in y["gemm"].items():
+        flops = [(2 * s["n"] * s["k"], rate.get((s["n"], s["k"], rows))) for s in g["shapes"]]
+        if flops and all(t for _, t in flops):
+            ours = sum(f for f, _ in flops) / sum(f / t for f, t in flops)
+            out[rows] = (ours, g["model_TFLOPs"])
+    return out
 
 
 def line(what, ours, peer=None, note=""):
@@ -71,6 +96,11 @@ def main():
         if peer.get("decode_graph_compiled_tok_s"):
             line("decode vs torch.compile", tg, peer["decode_graph_compiled_tok_s"], "")
         line("load to ready, s", dec[0][2], None, "file in page cache")
+        if dec[0][3] is not None:
+            line("load to first token, s", dec[0][3], None, "rep 0: kernels compiled unless cached")
+    for rows, (ours, cublas) in sorted(products(d / "products.log", y).items()):
+        line(f"prefill GEMM at {rows} rows, TFLOP/s", ours, None,
+             f"{100 * ours / cublas:.0f}% of cuBLAS's {cublas:.0f} on the model's shapes")
     for (pp, tg), v in sorted(bench.items()):
         if tg:
             continue
