@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU receipts for the CUDA issues, run on the GPU machine (no cargo, no network) from the repo
-# root with the release binary and its companions carried in .gpu/ (see tools/gpu/README.md):
+# root with the release binary and its companions carried in .gpu/ (docs/ARCHITECTURE.md, GPU receipts):
 #   .gpu/tensorfold        release binary built on a CPU machine
 #   .gpu/tok/              tokenizer.json + tokenizer_config.json from any `synth --like smollm2`
 #   .gpu/torch_peer.py     ../shared/peers/torch_peer.py
