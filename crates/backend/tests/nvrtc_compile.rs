@@ -59,6 +59,15 @@ fn every_kernel_family_compiles_for_sm80_sm89_sm90a() {
         }
     }
     let files = std::fs::read_dir(&cache).map_or(0, |d| d.count());
+    // Backends of one process share one set a (arch, cache) (its threads read this cache).
+    let (a, b) = (
+        compile::Cubins::shared("sm_90a", Some(cache.clone())),
+        compile::Cubins::shared("sm_90a", Some(cache.clone())),
+    );
+    assert!(a.shares_with(&b) && !a.shares_with(&parallel), "one shared set a key");
+    for i in 0..compile::FAMILIES.len() {
+        assert!(a.get(i).expect("shared CUBIN") == parallel.get(i).expect("CUBIN"));
+    }
     let _ = std::fs::remove_dir_all(&cache);
     assert!(failures.is_empty(), "kernels failed to compile:\n{}", failures.join("\n\n"));
     assert_eq!(files, compile::FAMILIES.len(), "one cached CUBIN a family");

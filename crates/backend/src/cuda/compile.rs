@@ -256,6 +256,27 @@ impl Cubins {
         set
     }
 
+    /// The process's set for `(arch, cache)`, started (with background threads unless
+    /// `TENSORFOLD_PRECOMPILE=0`) by the first backend that asks: a second backend of the same
+    /// GPU kind (serve opens one for the memory plan, then the engine's) shares its results
+    /// and threads instead of compiling every family again.
+    pub fn shared(arch: &str, cache: Option<PathBuf>) -> Cubins {
+        static SETS: std::sync::Mutex<Vec<Cubins>> = std::sync::Mutex::new(Vec::new());
+        let mut sets = SETS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(set) = sets.iter().find(|c| c.arch == arch && c.cache == cache) {
+            return set.clone();
+        }
+        let background = std::env::var("TENSORFOLD_PRECOMPILE").map_or(true, |v| v != "0");
+        let set = Cubins::new(arch, cache, background);
+        sets.push(set.clone());
+        set
+    }
+
+    /// Whether `other` is this same set (one compile a family between them).
+    pub fn shares_with(&self, other: &Cubins) -> bool {
+        Arc::ptr_eq(&self.slots, &other.slots)
+    }
+
     /// The CUBIN of `FAMILIES[i]` (from the disk cache when present, else compiled).
     pub fn get(&self, i: usize) -> Result<Vec<u8>, String> {
         let fam = &FAMILIES[i];

@@ -6,7 +6,8 @@
 //! the moment the registry exists, one thread a family (`compile::Cubins`), so a cold start
 //! compiles in parallel while the weights upload instead of one family at a time at first
 //! use. A launch that needs a family before its thread is done waits for that thread's
-//! result, never compiles it twice. `TENSORFOLD_PRECOMPILE=0` compiles at first use only.
+//! result, never compiles it twice; backends of one process share the set
+//! (`Cubins::shared`). `TENSORFOLD_PRECOMPILE=0` compiles at first use only.
 //! H200, session 12, `bench --pp 128` on two fresh machines: load to first token 28.9 s with
 //! first-use compilation, 11.3 s with the threads; 1.9-2.0 s once compiled. (NVIDIA's own
 //! cache under ~/.nv, written on a machine's first run, makes later compiles fast even with
@@ -221,8 +222,7 @@ pub(crate) struct Registry {
 
 impl Registry {
     pub(crate) fn new(ctx: Arc<CudaContext>, arch: String, cache: Option<PathBuf>) -> Registry {
-        let background = std::env::var("TENSORFOLD_PRECOMPILE").map_or(true, |v| v != "0");
-        let cubins = compile::Cubins::new(&arch, cache, background);
+        let cubins = compile::Cubins::shared(&arch, cache);
         Registry {
             ctx,
             arch,
