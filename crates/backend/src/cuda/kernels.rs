@@ -1,6 +1,6 @@
 //! The kernel registry: every entry point, its family (source file) and launch shape; each
-//! family's module compiled and loaded on first use, and the contract's view of them
-//! (`Backend::kernels`: compile result, registers, shared memory, limits).
+//! family's module loaded on first use (its CUBIN compiled ahead, below), and the contract's
+//! view of them (`Backend::kernels`: compile result, registers, shared memory, limits).
 //!
 //! Every family's CUBIN is compiled (or read from the disk cache) by background threads from
 //! the moment the registry exists, one thread a family (`compile::Cubins`), so a cold start
