@@ -17,8 +17,7 @@ fn wheel_dir() -> PathBuf {
     cache.join("nvrtc/nvidia/cu13/lib")
 }
 
-#[test]
-fn every_kernel_family_compiles_for_sm80_sm89_sm90a() {
+fn load_nvrtc() {
     let mut dirs = Vec::new();
     if let Some(d) = std::env::var_os("TENSORFOLD_NVRTC_LIB") {
         dirs.push(PathBuf::from(d));
@@ -27,6 +26,34 @@ fn every_kernel_family_compiles_for_sm80_sm89_sm90a() {
     if let Err(e) = loader::nvrtc(&dirs) {
         panic!("{e}\nThis test needs NVRTC from the pip wheel: run scripts/nvrtc-wheels.sh");
     }
+}
+
+/// A process that exits while its background compiles run must first let them finish (exit
+/// runs NVRTC's destructors): a child of this test binary starts them into an empty kernel
+/// cache and exits at once; every family's CUBIN must then be in the cache, and the child
+/// must exit cleanly.
+#[test]
+fn exit_waits_for_background_compiles() {
+    if let Some(dir) = std::env::var_os("TF_NVRTC_EXIT_CHILD") {
+        load_nvrtc();
+        let _set = compile::Cubins::shared("sm_80", Some(PathBuf::from(dir)));
+        std::process::exit(0);
+    }
+    let cache = std::env::temp_dir().join(format!("tf-nvrtc-exit-{}", std::process::id()));
+    let status = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["exit_waits_for_background_compiles", "--exact", "--nocapture"])
+        .env("TF_NVRTC_EXIT_CHILD", &cache)
+        .status()
+        .expect("child test process");
+    let files = std::fs::read_dir(&cache).map_or(0, |d| d.count());
+    let _ = std::fs::remove_dir_all(&cache);
+    assert!(status.success(), "the child exited with {status}");
+    assert_eq!(files, compile::FAMILIES.len(), "every family compiled before the child exited");
+}
+
+#[test]
+fn every_kernel_family_compiles_for_sm80_sm89_sm90a() {
+    load_nvrtc();
     let (maj, min) = compile::nvrtc_version().expect("NVRTC version");
     println!("NVRTC {maj}.{min}");
     let mut failures = Vec::new();
@@ -68,6 +95,9 @@ fn every_kernel_family_compiles_for_sm80_sm89_sm90a() {
     for i in 0..compile::FAMILIES.len() {
         assert!(a.get(i).expect("shared CUBIN") == parallel.get(i).expect("CUBIN"));
     }
+    // Every background thread ends (the exit handler waits for the same count).
+    let ended = compile::wait_background(std::time::Duration::from_secs(600));
+    assert!(ended, "background compiles still running after 600 s");
     let _ = std::fs::remove_dir_all(&cache);
     assert!(failures.is_empty(), "kernels failed to compile:\n{}", failures.join("\n\n"));
     assert_eq!(files, compile::FAMILIES.len(), "one cached CUBIN a family");

@@ -12,7 +12,8 @@
 
 use std::ffi::{c_char, CString};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use cudarc::nvrtc::{result as nvrtc, sys};
 
@@ -244,13 +245,20 @@ impl Cubins {
         let slots = Arc::new(FAMILIES.iter().map(|_| OnceLock::new()).collect());
         let set = Cubins { arch: arch.to_string(), cache, slots };
         if background {
+            wait_background_at_exit();
             for (i, fam) in FAMILIES.iter().enumerate() {
                 let set = set.clone();
+                background_started();
                 let spawned = std::thread::Builder::new()
                     .name(format!("nvrtc-{}", fam.name))
-                    .spawn(move || drop(set.get(i)));
-                // Without a thread this family compiles at first use.
-                drop(spawned);
+                    .spawn(move || {
+                        let _done = BackgroundDone;
+                        drop(set.get(i));
+                    });
+                if spawned.is_err() {
+                    // Without a thread this family compiles at first use.
+                    drop(BackgroundDone);
+                }
             }
         }
         set
@@ -261,7 +269,7 @@ impl Cubins {
     /// GPU kind (serve opens one for the memory plan, then the engine's) shares its results
     /// and threads instead of compiling every family again.
     pub fn shared(arch: &str, cache: Option<PathBuf>) -> Cubins {
-        static SETS: std::sync::Mutex<Vec<Cubins>> = std::sync::Mutex::new(Vec::new());
+        static SETS: Mutex<Vec<Cubins>> = Mutex::new(Vec::new());
         let mut sets = SETS.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(set) = sets.iter().find(|c| c.arch == arch && c.cache == cache) {
             return set.clone();
@@ -282,6 +290,62 @@ impl Cubins {
         let fam = &FAMILIES[i];
         self.slots[i].get_or_init(|| cubin_cached(self.cache.as_deref(), fam, &self.arch)).clone()
     }
+}
+
+/// Background compiles in flight, and the condition variable their ends signal. The process
+/// must not exit while one runs: exit runs NVRTC's library destructors, which a compile on
+/// another thread may still be using. An exit handler (registered with the first background
+/// compile) waits for them, at most `EXIT_WAIT`.
+static IN_FLIGHT: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
+const EXIT_WAIT: Duration = Duration::from_secs(120);
+
+fn background_started() {
+    *IN_FLIGHT.0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+}
+
+/// Ends one background compile when dropped (also when the compile panics).
+struct BackgroundDone;
+
+impl Drop for BackgroundDone {
+    fn drop(&mut self) {
+        let mut n = IN_FLIGHT.0.lock().unwrap_or_else(|e| e.into_inner());
+        *n = n.saturating_sub(1);
+        IN_FLIGHT.1.notify_all();
+    }
+}
+
+/// Waits until no background compile runs, at most `limit`; whether none does.
+pub fn wait_background(limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    let mut n = IN_FLIGHT.0.lock().unwrap_or_else(|e| e.into_inner());
+    while *n > 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        n = IN_FLIGHT.1.wait_timeout(n, left).unwrap_or_else(|e| e.into_inner()).0;
+    }
+    true
+}
+
+extern "C" fn wait_background_on_exit() {
+    wait_background(EXIT_WAIT);
+}
+
+extern "C" {
+    fn atexit(f: extern "C" fn()) -> std::ffi::c_int;
+}
+
+/// Registers `wait_background_on_exit` once. exit() runs handlers in the reverse order of
+/// registration, so this one runs before the dynamic loader's destructors of the libraries
+/// (registered at start-up).
+fn wait_background_at_exit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: atexit takes a plain `extern "C" fn()` that lives for the whole program; the
+    // handler only locks a static mutex and waits on a static condition variable.
+    ONCE.call_once(|| unsafe {
+        atexit(wait_background_on_exit);
+    });
 }
 
 #[cfg(test)]

@@ -7,7 +7,10 @@
 //! compiles in parallel while the weights upload instead of one family at a time at first
 //! use. A launch that needs a family before its thread is done waits for that thread's
 //! result, never compiles it twice; backends of one process share the set
-//! (`Cubins::shared`). `TENSORFOLD_PRECOMPILE=0` compiles at first use only.
+//! (`Cubins::shared`). `TENSORFOLD_PRECOMPILE=0` compiles at first use only. A process does
+//! not exit while one of these compiles runs (an exit handler waits, `compile::IN_FLIGHT`):
+//! exit would run NVRTC's destructors under it, so a short command on a cold cache ends a
+//! few seconds later, once, and leaves the cache warm.
 //! H200, session 12, `bench --pp 128` on two fresh machines: load to first token 28.9 s with
 //! first-use compilation, 11.3 s with the threads; 1.9-2.0 s once compiled. (NVIDIA's own
 //! cache under ~/.nv, written on a machine's first run, makes later compiles fast even with
