@@ -20,6 +20,12 @@ __device__ __forceinline__ bf16 f2bf(float x) {
 
 __device__ __forceinline__ float rbf(float x) { return bf2f(f2bf(x)); }
 
+// SwiGLU before its one rounding: bf16(silu(g)) * u, silu(g) = g / (1 + expf(-g)), for the
+// bf16 values g and u (the `swiglu` kernel and linear_bf16_swiglu's epilogue both use it).
+__device__ __forceinline__ float swiglu_f(float g, float u) {
+    return rbf(g / (1.0f + expf(-g))) * u;
+}
+
 // Element i of an activation buffer of bf16 (is_f32 == 0) or f32.
 __device__ __forceinline__ float ld_act(const void* p, u64 i, int is_f32) {
     return is_f32 ? ((const float*)p)[i] : bf2f(((const bf16*)p)[i]);

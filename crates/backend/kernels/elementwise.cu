@@ -4,9 +4,7 @@
 // Each element depends on its own inputs only.
 // The swiglu formula on bf16 bits.
 __device__ __forceinline__ u32 swiglu_bf(u32 g, u32 u) {
-    const float gv = bf2f((bf16)g);
-    const float s = rbf(gv / (1.0f + expf(-gv)));
-    return f2bf(s * bf2f((bf16)u));
+    return f2bf(swiglu_f(bf2f((bf16)g), bf2f((bf16)u)));
 }
 
 // bf16 operands with n % 8 == 0 and 16-byte aligned buffers take 8 elements a thread and
@@ -33,9 +31,7 @@ extern "C" __global__ void __launch_bounds__(256) swiglu(
         return;
     }
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const float gv = ld_act(g, i, g_f32);
-        const float s = rbf(gv / (1.0f + expf(-gv)));
-        st_act(out, i, out_f32, s * ld_act(u, i, u_f32));
+        st_act(out, i, out_f32, swiglu_f(ld_act(g, i, g_f32), ld_act(u, i, u_f32)));
     }
 }
 

@@ -27,9 +27,9 @@
 // 4096 x 14336; served prefill 2,048 / 8,192: 22,547 / 15,335 -> 25,916-26,557 / 16,695 tok/s.
 // ncu before it (q shape): tensor pipe active 38% of the time, the top stalls instruction
 // fetch and barrier waits; its 64 element stores a thread (half of each 32-byte sector used)
-// held both consumers away from the next tile. Branches between wgmmas are warp-uniform by construction
-// (role from a shuffle, arrivals predicated inside the asm): ptxas serializes the wgmmas
-// otherwise.
+// held both consumers away from the next tile. Branches between wgmmas are warp-uniform by
+// construction (role from a shuffle, arrivals predicated inside the asm): ptxas serializes the
+// wgmmas otherwise.
 //
 // History (H200, docs/bench/2026-12-02-h200.md): under the earlier definition (step e of a
 // super-step took {k0 + 8c + 4e + 0..3 : c}) this kernel took the weights as the wgmma's

@@ -444,9 +444,7 @@ __device__ __forceinline__ void swiglu_body(SWIGLU_PARAMS) {
         const u64 at = (u64)tok * n + f;
         gate[at] = gb;
         up[at] = ub;
-        const float gv = bf2f(gb);
-        const float s = rbf(gv / (1.0f + expf(-gv)));
-        act[at] = f2bf(s * bf2f(ub));
+        act[at] = f2bf(swiglu_f(bf2f(gb), bf2f(ub)));
     }
 }
 extern "C" __global__ void __launch_bounds__(256, TF_GROUP_MINB) linear_bf16_swiglu(SWIGLU_PARAMS) {

@@ -4,9 +4,9 @@
 //
 // One block per row. Each thread scans its ids in increasing order (ids i, i + 1024, ...; f32
 // rows of a multiple of 4 ids: the 4 ids of 16-byte chunks i, i + 1024, ...; one id a load
-// took 51 us for a 128,256-id row on the H200, ncu, session 12), keeping the first strict maximum it meets (so
-// its lowest id among equal values); the block then reduces the
-// (value, id) pairs by "higher value, else lower id". That order is total on non-NaN values
+// took 51 us for a 128,256-id row on the H200, ncu, session 12), keeping the first strict
+// maximum it meets (so its lowest id among equal values); the block then reduces the (value,
+// id) pairs by "higher value, else lower id". That order is total on non-NaN values
 // and associative, so the result does not depend on the reduction tree: it is exactly the
 // lowest id holding the row's maximum, as the host's left-to-right scan finds. +0 and -0
 // compare equal on both sides, so the lower id wins there too.
