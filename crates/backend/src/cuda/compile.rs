@@ -34,12 +34,14 @@ pub const FAMILIES: &[Family] = &[
     Family { name: "rope", source: include_str!("../../kernels/rope.cu") },
     Family { name: "elementwise", source: include_str!("../../kernels/elementwise.cu") },
     Family { name: "kv", source: include_str!("../../kernels/kv.cu") },
-    // One unit from two files (the general CTA; the decode CTA and the entry points).
+    // One unit from three files (the general CTA; the decode CTA and the entry points; the
+    // wgmma prefill CTA, sm_90a).
     Family {
         name: "attention",
         source: concat!(
             include_str!("../../kernels/attention.cu"),
-            include_str!("../../kernels/attention_dec.cu")
+            include_str!("../../kernels/attention_dec.cu"),
+            include_str!("../../kernels/attention90.cu")
         ),
     },
     Family { name: "linear", source: include_str!("../../kernels/linear.cu") },
@@ -134,7 +136,24 @@ pub fn compile(family: &Family, arch: &str) -> Result<Vec<u8>, String> {
 
 /// [`compile`] with knobs `defs` (as `TENSORFOLD_KERNEL_DEFINES` gives them) on top of the
 /// environment's: lets a test compile the knobs' variants.
+/// NVRTC runs on a thread of its own with `NVRTC_STACK` bytes of stack: its front end recurses
+/// deeply on the larger units (the attention family overflowed a 2 MiB thread stack).
 pub fn compile_with(family: &Family, arch: &str, defs: &str) -> Result<Vec<u8>, String> {
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name(format!("nvrtc-{}", family.name))
+            .stack_size(NVRTC_STACK)
+            .spawn_scoped(s, || compile_here(family, arch, defs))
+            .map_err(|e| format!("{}.cu: no thread for NVRTC: {e}", family.name))?
+            .join()
+            .map_err(|_| format!("{}.cu: the NVRTC thread panicked", family.name))?
+    })
+}
+
+/// The stack of an NVRTC compile thread (reserved, not committed, until used).
+const NVRTC_STACK: usize = 256 << 20;
+
+fn compile_here(family: &Family, arch: &str, defs: &str) -> Result<Vec<u8>, String> {
     let unit = family.unit();
     let mut opts = options(arch, &unit);
     opts.extend(defines_for(defs, &unit));
