@@ -1,13 +1,37 @@
-// rms_norm over groups of `group` columns: bf16(w * bf16(x * rsqrt(mean(x^2) + eps))).
-// grid: rows * (cols / group), one block per group; block: a power of two chosen from `group`
-// alone (never from the row count). Thread t sums x^2 of elements t, t+T, ... by fma in
-// increasing order; lanes combine by the xor butterfly, warps in increasing order. So a row's
-// bits depend on its values and `group` only. r = 1 / sqrt(mean + eps), IEEE div and sqrt.
+//! rms_norm over groups of `group` columns: bf16(w * bf16(x * rsqrt(mean(x^2) + eps))).
+//! grid: rows * (cols / group), one block per group; block: a power of two chosen from `group`
+//! alone (never from the row count). Thread t sums x^2 of elements t, t+T, ... by fma in
+//! increasing order; lanes combine by the xor butterfly, warps in increasing order. So a row's
+//! bits depend on its values and `group` only. r = 1 / sqrt(mean + eps), IEEE div and sqrt.
+//!
+//! 16-byte path (since 2026-12-02; bf16 activations, group % 8 == 0, group <= NORM_STAGE_MAX,
+//! 16-byte aligned buffers): the block moves the group in 16-byte chunks (chunk c = elements
+//! 8c..8c+7, thread t takes chunks t, t+T, ...) and stages it in shared memory (group * 2
+//! bytes, dynamic: the host passes them), from which each thread reads back exactly its old
+//! elements t, t+T, ... in their old order for the sum of squares. The add and the output are
+//! per element, so any thread may compute them: they go chunk by chunk from the staged row,
+//! with the weight's 32 bytes a chunk loaded before the reduction. Every thread then sums the
+//! warp partials itself, in increasing order (thread 0's old sum, one barrier fewer).
+//! Measured (H200, llama3-8b, 2,048 rows, tests/cuda_norm_rope.rs, same run): add_rms_norm
+//! 36.4 us (was 37.8, 1.8 TB/s), rms_norm 29.8 us (was 29.1): the width was not the limit.
+//! The likely limit (not measured): one row a CTA of 1,024 threads, two CTAs an SM, so ~32 KiB in flight an SM and a
+//! load / reduce / store chain per row. Next lever: several rows a CTA with the next row's
+//! loads issued before this row's reduction (the block size stays T). Other calls (f32
+//! activations, larger groups) take the element path; `TF_VEC16=0` forces it (an A/B of one
+//! binary).
+//! Rejected: deriving T from anything but `group` (the sum order is part of the definition),
+//! and 8-byte chunks (one a thread at T = group / 4: more instructions, same bytes in flight).
+
+#ifndef TF_VEC16
+#define TF_VEC16 1
+#endif
+// Largest group the 16-byte path stages (32 KiB; `cuda/ops.rs` NORM_STAGE_MAX).
+#define NORM_STAGE_MAX 16384
 
 // The rest of rms_norm once thread t holds `sq`, the fma sum of squares of its elements t,
 // t+T, ... of the group at `base` of `src`: lanes by the xor butterfly, warps in increasing
-// order, r = 1 / sqrt(mean + eps), out = bf16(w * bf16(src * r)). Shared by both kernels below,
-// so a fused add_rms_norm computes rms_norm's bits.
+// order, r = 1 / sqrt(mean + eps), out = bf16(w * bf16(src * r)). The element path of both
+// kernels below, so a fused add_rms_norm computes rms_norm's bits.
 __device__ __forceinline__ void rms_norm_finish(float sq, const void* src, int src_f32,
                                                 const float* __restrict__ w, void* out,
                                                 int out_f32, u64 base, u32 group, float eps) {
@@ -31,12 +55,98 @@ __device__ __forceinline__ void rms_norm_finish(float sq, const void* src, int s
     }
 }
 
+// ---- 16-byte path ----
+
+__device__ __forceinline__ bool al16(const void* p) { return ((u64)p & 15) == 0; }
+
+// Whether a call takes the 16-byte path (the host sizes shared memory by the same test).
+__device__ __forceinline__ bool norm_vec(u32 group, bool bf16_only, const void* a, const void* b,
+                                         const void* c, const void* d) {
+    return TF_VEC16 && bf16_only && group % 8 == 0 && group <= NORM_STAGE_MAX && al16(a) &&
+           al16(b) && al16(c) && al16(d);
+}
+
+// Element j of 8 packed bf16.
+__device__ __forceinline__ float bf8_at(const uint4& v, int j) {
+    const u32 w = j < 2 ? v.x : j < 4 ? v.y : j < 6 ? v.z : v.w;
+    return bf2f((bf16)((j & 1) ? w >> 16 : w & 0xffffu));
+}
+__device__ __forceinline__ uint4 pack8(const float* f) {
+    u32 w[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) w[j] = (u32)f2bf(f[2 * j]) | ((u32)f2bf(f[2 * j + 1]) << 16);
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// r of the staged group: thread t sums x^2 of stage[t], stage[t+T], ... by fma in increasing
+// order (rms_norm_finish's `sq`), the butterfly, then every thread sums the warp partials in
+// increasing order (the same adds thread 0 makes there). The caller's barrier made the stage
+// visible; warp_part is written once a launch, so no barrier follows the read.
+__device__ __forceinline__ float staged_r(const bf16* stage, u32 group, float eps) {
+    __shared__ float warp_part[32];
+    float sq = 0.0f;
+    for (u32 i = threadIdx.x; i < group; i += blockDim.x) {
+        const float v = bf2f(stage[i]);
+        sq = fmaf(v, v, sq);
+    }
+    sq = warp_sum(sq);
+    if ((threadIdx.x & 31) == 0) warp_part[threadIdx.x >> 5] = sq;
+    __syncthreads();
+    float s = warp_part[0];
+    for (u32 i = 1; i < (blockDim.x >> 5); i++) s += warp_part[i];
+    const float mean = s / (float)group;
+    return 1.0f / sqrtf(mean + eps);
+}
+
+// out chunk c = bf16(w * bf16(x * r)) of the staged chunk, with its weights `w0`, `w1`.
+__device__ __forceinline__ uint4 norm_chunk(uint4 x, float4 w0, float4 w1, float r) {
+    const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+    float o[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) o[j] = w[j] * rbf(bf8_at(x, j) * r);
+    return pack8(o);
+}
+
+// Thread t's first chunk of weights (zeros when it has none): `w0`, `w1`.
+__device__ __forceinline__ void first_weights(const float4* __restrict__ w, u32 t, u32 chunks,
+                                              float4& w0, float4& w1) {
+    w0 = w1 = make_float4(0, 0, 0, 0);
+    if (t < chunks) w0 = w[2 * t], w1 = w[2 * t + 1];
+}
+
+// The output of a staged group: chunks t, t+T, ... from the stage, weights from `w`. The
+// first chunk's weights come in `w0`, `w1` (loaded before the reduction).
+__device__ __forceinline__ void staged_out(const uint4* stage, const float4* __restrict__ w,
+                                           uint4* out, u32 chunks, float r, float4 w0,
+                                           float4 w1) {
+    for (u32 c = threadIdx.x; c < chunks; c += blockDim.x) {
+        if (c != threadIdx.x) w0 = w[2 * c], w1 = w[2 * c + 1];
+        out[c] = norm_chunk(stage[c], w0, w1, r);
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(1024) rms_norm(
     const void* x, int x_f32, const float* __restrict__ w, void* out, int out_f32, u32 group,
     float eps) {
+    const u64 base = (u64)blockIdx.x * group;
+    if (norm_vec(group, !x_f32 && !out_f32, x, out, w, 0)) {
+        extern __shared__ uint4 stage[];
+        const u32 chunks = group / 8, t = threadIdx.x;
+        const float4* w4 = (const float4*)w;
+        // Weights are immutable: their first chunk loads before the wait.
+        float4 w0, w1;
+        first_weights(w4, t, chunks, w0, w1);
+        pdl_wait();
+        pdl_launch();
+        const uint4* src = (const uint4*)((const bf16*)x + base);
+        for (u32 c = t; c < chunks; c += blockDim.x) stage[c] = src[c];
+        __syncthreads();
+        const float r = staged_r((const bf16*)stage, group, eps);
+        staged_out(stage, w4, (uint4*)((bf16*)out + base), chunks, r, w0, w1);
+        return;
+    }
     pdl_wait();
     pdl_launch();
-    const u64 base = (u64)blockIdx.x * group;
     float acc = 0.0f;
     for (u32 i = threadIdx.x; i < group; i += blockDim.x) {
         float v = ld_act(x, base + i, x_f32);
@@ -47,17 +157,44 @@ extern "C" __global__ void __launch_bounds__(1024) rms_norm(
 
 // add_rms_norm: acc = bf16(acc + x) in place (the `add` kernel's formula), then rms_norm of
 // the sum into `out`, exactly as the kernel above (same block size from `group`, same sum
-// order). Thread t writes the sums of its elements t, t+T, ... and later reads back only
-// those same elements, so the in-place update needs no barrier of its own. (Before
-// 2026-12-01 each element was stored and read back before the next was loaded: a chain of
-// dependent global round trips, ~5 us a 4,096 row on the H200.)
+// order). 16-byte path: thread t adds, stores and stages its chunks t, t+T, ...; only it ever
+// touches those chunks of `acc`, so the in-place update is race-free; the sums of squares and
+// the output read the stage. Element path: thread t writes the sums of its elements t, t+T,
+// ... and later reads back only those same elements, so the in-place update needs no barrier
+// of its own. (Before 2026-12-01 each element was stored and read back before the next was
+// loaded: a chain of dependent global round trips, ~5 us a 4,096 row on the H200.)
 extern "C" __global__ void __launch_bounds__(1024) add_rms_norm(
     void* acc, int acc_f32, const void* x, int x_f32, const float* __restrict__ w, void* out,
     int out_f32, u32 group, float eps) {
-    pdl_wait();
-    pdl_launch();
     const u64 base = (u64)blockIdx.x * group;
     const u32 T = blockDim.x;
+    if (norm_vec(group, !acc_f32 && !x_f32 && !out_f32, acc, x, out, w)) {
+        extern __shared__ uint4 stage[];
+        const u32 chunks = group / 8, t = threadIdx.x;
+        const float4* w4 = (const float4*)w;
+        // Weights are immutable: their first chunk loads before the wait.
+        float4 w0, w1;
+        first_weights(w4, t, chunks, w0, w1);
+        pdl_wait();
+        pdl_launch();
+        uint4* a = (uint4*)((bf16*)acc + base);
+        const uint4* b = (const uint4*)((const bf16*)x + base);
+        for (u32 c = t; c < chunks; c += T) {
+            const uint4 av = a[c], bv = b[c];
+            float s[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) s[j] = bf8_at(av, j) + bf8_at(bv, j);
+            const uint4 sv = pack8(s);
+            a[c] = sv;
+            stage[c] = sv;
+        }
+        __syncthreads();
+        const float r = staged_r((const bf16*)stage, group, eps);
+        staged_out(stage, w4, (uint4*)((bf16*)out + base), chunks, r, w0, w1);
+        return;
+    }
+    pdl_wait();
+    pdl_launch();
     float sq = 0.0f;
     // Stores bf16(a + b) at element e and adds its square; the stored value is kept in a
     // register (st_act stores rbf(v)), not read back.

@@ -9,7 +9,8 @@
 //!   slice is the same mma chain as in `linear_bf16`, so every element has the bits of the
 //!   separate `linear` (and `swiglu`).
 //! - `rope_kv_store` (`kernels/rope.cu`): rope of q and k and the KV write in one launch,
-//!   the `rope` kernel's pair formula and the `kv_store` kernel's pool layout.
+//!   the `rope` kernel's pair formula and the `kv_store` kernel's pool layout; 16-byte
+//!   units of 8 pairs, one a thread, when head_dim % 16 == 0 (`rope_kv_parts`).
 //!
 //! Where a fused kernel does not apply (a call whose products take the tiled prefill kernel,
 //! f32 activations, more slices than the fused kernel holds), the op runs the unfused
@@ -22,7 +23,7 @@ use cudarc::driver::LaunchConfig;
 use super::gemm::tiled_for;
 use super::kernels::{LINEAR_DECODE_ROWS, LINEAR_GROUP_WARPS, LINEAR_MAX_SLICES, LINEAR_NT};
 use super::linear::{self, k_split};
-use super::ops::{self, check_same, norm_threads, to_u32};
+use super::ops::{self, check_same, to_u32};
 use super::tensor::{dptr, CudaTensor, CudaWeight, WeightKind};
 use super::{CudaBackend, KArg, KvWrite};
 use crate::error::{BackendError, Result};
@@ -32,8 +33,25 @@ use crate::{ActDType, AddNormArgs, LinearPart, RopeArgs, RopeKvArgs, SwigluArgs}
 
 /// Bytes of one slice job's partials per token tile in the grouped kernels' shared memory.
 const JOB_SMEM: u32 = 32 * 4 * 4;
-/// CTAs per row of `rope_kv_store` (each thread owns whole pairs: the split changes no bit).
+/// CTAs per row of `rope_kv_store`'s element path (each thread owns whole pairs: the split
+/// changes no bit).
 const ROPE_KV_PARTS: u32 = 8;
+/// Threads of a `rope_kv_store` CTA.
+const ROPE_KV_THREADS: u32 = 256;
+
+/// CTAs per row of `rope_kv_store`: one unit (8 pairs or 8 v elements) a thread when its
+/// 16-byte path applies (rope.cu; the kernel checks alignment too), else ROPE_KV_PARTS.
+/// Speed only: every grid covers every unit of a row.
+fn rope_kv_parts(heads: usize, kv_heads: usize, head_dim: usize) -> u32 {
+    static OLD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let old =
+        *OLD.get_or_init(|| super::compile::kernel_define("TF_VEC16").is_some_and(|v| v == "0"));
+    if old || !head_dim.is_multiple_of(16) {
+        return ROPE_KV_PARTS;
+    }
+    let units = (heads + kv_heads) * head_dim / 16 + kv_heads * head_dim / 8;
+    units.div_ceil(ROPE_KV_THREADS as usize).clamp(1, 65535) as u32
+}
 /// The grouped products serve calls of at most this many rows (decode steps; H200: at 128
 /// rows the separate launches were faster). Larger calls take the unfused launches.
 const FUSED_MAX_ROWS: usize = 64;
@@ -65,7 +83,7 @@ pub(crate) fn add_rms_norm(be: &CudaBackend, a: AddNormArgs<'_, CudaBackend>) ->
             (dptr(&a.acc.buf, s), a.acc.is_f32(), dptr(&a.x.buf, s), a.x.is_f32());
         let (wp, op, of) = (dptr(&a.weight.buf, s), dptr(&a.out.buf, s), a.out.is_f32());
         let (g32, eps) = (to_u32("add_rms_norm", "group", group)?, a.eps);
-        let grid = (to_u32("add_rms_norm", "groups", blocks)?, 1, 1);
+        let grid = to_u32("add_rms_norm", "groups", blocks)?;
         let args: [KArg; 9] = [
             ap.into(),
             af.into(),
@@ -77,7 +95,7 @@ pub(crate) fn add_rms_norm(be: &CudaBackend, a: AddNormArgs<'_, CudaBackend>) ->
             g32.into(),
             eps.into(),
         ];
-        be.launch("add_rms_norm", ops::cfg(grid, norm_threads(group)), &args)?;
+        be.launch("add_rms_norm", ops::norm_cfg(grid, group), &args)?;
     }
     a.out.rows = rows;
     Ok(())
@@ -258,8 +276,9 @@ pub(crate) fn rope_kv_store(be: &CudaBackend, a: RopeKvArgs<'_, CudaBackend>) ->
     let (bstride, loff) = kv.region("rope_kv_store", a.layer)?;
     let dims = [bstride, loff, g.block_size as u32];
     args.extend(dims.map(KArg::U32));
-    // One row's pairs over ROPE_KV_PARTS CTAs: a decode row is latency-bound in one CTA.
-    be.launch("rope_kv_store", ops::cfg((rows as u32, ROPE_KV_PARTS, 1), 256), &args)?;
+    // A decode row is latency-bound in one CTA: its units go over several.
+    let grid = (u("rows", rows)?, rope_kv_parts(a.heads, a.kv_heads, head_dim), 1);
+    be.launch("rope_kv_store", ops::cfg(grid, ROPE_KV_THREADS), &args)?;
     be.wrote_kv(KvWrite { pool, positions: pos, region: (bstride, loff) });
     Ok(())
 }

@@ -83,6 +83,21 @@ pub(crate) fn norm_threads(group: usize) -> u32 {
     (group / 4).next_power_of_two().clamp(32, 1024) as u32
 }
 
+/// Largest group norm.cu's 16-byte path stages in shared memory (its `NORM_STAGE_MAX`).
+const NORM_STAGE_MAX: usize = 16384;
+
+/// The launch of a norm kernel over `blocks` groups: `norm_threads(group)` threads, and the
+/// bytes of the group's bf16 stage when the 16-byte path may take it (the kernel makes the
+/// same test, plus dtypes and alignment; an unused stage changes no value).
+pub(crate) fn norm_cfg(blocks: u32, group: usize) -> LaunchConfig {
+    let stage = group.is_multiple_of(8) && group <= NORM_STAGE_MAX;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (norm_threads(group), 1, 1),
+        shared_mem_bytes: if stage { 2 * group as u32 } else { 0 },
+    }
+}
+
 pub(crate) fn rms_norm(be: &CudaBackend, a: NormArgs<'_, CudaBackend>) -> Result<()> {
     let (rows, cols, group) = (a.x.rows, a.x.cols, a.group);
     if group == 0 || cols % group != 0 {
@@ -104,10 +119,10 @@ pub(crate) fn rms_norm(be: &CudaBackend, a: NormArgs<'_, CudaBackend>) -> Result
             a.out.is_f32(),
         );
         let (g32, eps) = (to_u32("rms_norm", "group", group)?, a.eps);
-        let grid = (to_u32("rms_norm", "groups", blocks)?, 1, 1);
+        let grid = to_u32("rms_norm", "groups", blocks)?;
         be.launch(
             "rms_norm",
-            cfg(grid, norm_threads(group)),
+            norm_cfg(grid, group),
             &[xp.into(), xf.into(), wp.into(), op.into(), of.into(), g32.into(), eps.into()],
         )?;
     }
