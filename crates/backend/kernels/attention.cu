@@ -94,6 +94,16 @@ __device__ __forceinline__ void split3(float lo, float hi, u32* b) {
     b[2] = pack_bf2(__fsub_rn(lo1, lo_f(b[1])), __fsub_rn(hi1, hi_f(b[1])));
 }
 
+// The A registers of P for 16-position step kk (m16n8k16 layout: register r from the pairs
+// s[2kk][0..1], s[2kk][2..3], s[2kk+1][0..1], s[2kk+1][2..3]), each split: a[r][piece].
+template <int NB>
+__device__ __forceinline__ void split_step(const float (&s)[NB][4], int kk, u32 (&a)[4][3]) {
+    split3(s[2 * kk][0], s[2 * kk][1], a[0]);
+    split3(s[2 * kk][2], s[2 * kk][3], a[1]);
+    split3(s[2 * kk + 1][0], s[2 * kk + 1][1], a[2]);
+    split3(s[2 * kk + 1][2], s[2 * kk + 1][3], a[3]);
+}
+
 // exp(x) as 2^(x log2 e): ex2.approx.f32 (not .ftz: subnormal results kept) is within 2 ulp
 // (under the contract's 2^-20), and the rounding of the scaled argument is the contract's
 // "exp2 argument scaling" term (2u |x|). exp(-inf) = +0, exp(0) = 1 exactly.
@@ -255,6 +265,45 @@ __device__ __forceinline__ float mask_max(float (&s)[NB][4], int k, u32 t, int p
     return fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
 }
 
+// p = exp(s - mu) in place for row half k of a lane's S fragments (positions in order), and
+// the row's sum: the lane's in order, then over its quad (xor 1, then xor 2).
+template <int NB>
+__device__ __forceinline__ float exp_sum(float (&s)[NB][4], int k, float mu) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const float p = fexp(__fsub_rn(s[nb][2 * k + e], mu));
+            s[nb][2 * k + e] = p;
+            sum = __fadd_rn(sum, p);
+        }
+    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+    return __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+}
+
+// The online softmax of KV tile t, per M-row (k = 0: row lane / 4, k = 1: row lane / 4 + 8):
+// scores scaled and masked (mask_max), m' = max(m, tile max), alpha = exp(m - m'), the
+// weights p = exp(s - m') in place of the scores (m' = -inf taken as 0), l = l alpha + the
+// row's sum (this thread's 16 columns in column order, then the quad butterfly), m = m'.
+// Shared by the general CTA and the wgmma CTA (attention90.cu), whose accumulators hold the
+// same rows and columns in the same registers.
+template <int NB>
+__device__ __forceinline__ void softmax_tile(float (&s)[NB][4], u32 t, const int (&prow)[2],
+                                             float scale, u32 lane, float NEG, float (&m)[2],
+                                             float (&l)[2], float (&alpha)[2]) {
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const float tmax = mask_max<NB>(s, k, t, prow[k], scale, lane, NEG);
+        const float mn = fmaxf(m[k], tmax);
+        const float mu = mn == NEG ? 0.0f : mn;
+        alpha[k] = fexp(__fsub_rn(m[k], mu));
+        const float sum = exp_sum<NB>(s, k, mu);
+        l[k] = __fadd_rn(__fmul_rn(l[k], alpha[k]), sum);
+        m[k] = mn;
+    }
+}
+
 // TF_ATTN_DB (default 1): the general CTA keeps two buffers of K and of V for head_dim <= 128
 // (the host's `attention_smem` sizes them), so tile t + 1's loads are issued when tile t starts
 // and have a whole tile's work to arrive in; 0 (and head_dim 256): one buffer each, tile t +
@@ -331,28 +380,8 @@ __device__ void attend(const Args& A, u32 zs = 0xffffffffu) {  // zs: mode 1's s
             if (t + 1 < t1) load_kv<HD>(ks, A.pool, table, t + 1, tile.n, base, gofs, A.bs);
             cp_commit();
         }
-        // Online softmax of this tile, per M-row (k = 0: row lane/4, k = 1: row lane/4 + 8).
         float alpha[2];
-#pragma unroll
-        for (int k = 0; k < 2; k++) {
-            const float tmax = mask_max<NB>(s, k, t, prow[k], A.scale, lane, NEG);
-            const float mn = fmaxf(m[k], tmax);
-            const float mu = mn == NEG ? 0.0f : mn;
-            alpha[k] = fexp(__fsub_rn(m[k], mu));
-            float sum = 0.0f;
-#pragma unroll
-            for (int nb = 0; nb < NB; nb++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const float p = fexp(__fsub_rn(s[nb][2 * k + e], mu));
-                    s[nb][2 * k + e] = p;
-                    sum = __fadd_rn(sum, p);
-                }
-            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-            l[k] = __fadd_rn(__fmul_rn(l[k], alpha[k]), sum);
-            m[k] = mn;
-        }
+        softmax_tile<NB>(s, t, prow, A.scale, lane, NEG, m, l, alpha);
 #pragma unroll
         for (int d = 0; d < ND; d++) {
             o[d][0] = __fmul_rn(o[d][0], alpha[0]);
@@ -365,19 +394,16 @@ __device__ void attend(const Args& A, u32 zs = 0xffffffffu) {  // zs: mode 1's s
         if (active) {
 #pragma unroll
             for (int kk = 0; kk < TK / 16; kk++) {
-                u32 a0[3], a1[3], a2[3], a3[3];
-                split3(s[2 * kk][0], s[2 * kk][1], a0);
-                split3(s[2 * kk][2], s[2 * kk][3], a1);
-                split3(s[2 * kk + 1][0], s[2 * kk + 1][1], a2);
-                split3(s[2 * kk + 1][2], s[2 * kk + 1][3], a3);
+                u32 a[4][3];
+                split_step<NB>(s, kk, a);
 #pragma unroll
                 for (int d = 0; d < ND; d += 2) {
                     u32 vb[4];
                     ldsm_x4_t(vb, vs + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * LD + d * 8 + (lane / 16) * 8);
 #pragma unroll
                     for (int piece = 0; piece < 3; piece++) {
-                        mma16816(o[d], a0[piece], a1[piece], a2[piece], a3[piece], vb[0], vb[1]);
-                        mma16816(o[d + 1], a0[piece], a1[piece], a2[piece], a3[piece], vb[2], vb[3]);
+                        mma16816(o[d], a[0][piece], a[1][piece], a[2][piece], a[3][piece], vb[0], vb[1]);
+                        mma16816(o[d + 1], a[0][piece], a[1][piece], a[2][piece], a[3][piece], vb[2], vb[3]);
                     }
                 }
             }

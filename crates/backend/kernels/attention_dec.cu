@@ -233,27 +233,14 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, u32 i
                 if (w < warp) m = mn;
             }
             const float mu = mn == NEG ? 0.0f : mn;
-            float sum = 0.0f;
-#pragma unroll
-            for (int nb = 0; nb < NB; nb++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const float p = fexp(__fsub_rn(s[nb][2 * k + e], mu));
-                    s[nb][2 * k + e] = p;
-                    sum = __fadd_rn(sum, p);
-                }
-            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+            const float sum = exp_sum<NB>(s, k, mu);
             if (lane % 4 == 0) tsm[warp * DROWS + mr] = sum;
         }
         u32* pw = pf + warp * PF;
 #pragma unroll
         for (int kk = 0; kk < TK / 16; kk++) {
             u32 a[4][3];
-            split3(s[2 * kk][0], s[2 * kk][1], a[0]);
-            split3(s[2 * kk][2], s[2 * kk][3], a[1]);
-            split3(s[2 * kk + 1][0], s[2 * kk + 1][1], a[2]);
-            split3(s[2 * kk + 1][2], s[2 * kk + 1][3], a[3]);
+            split_step<NB>(s, kk, a);
 #pragma unroll
             for (int piece = 0; piece < 3; piece++)
 #pragma unroll

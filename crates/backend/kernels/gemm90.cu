@@ -43,51 +43,7 @@
 //
 // Everything in this file compiles to nothing below sm_90a (the host never picks it there).
 
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define WG_ENABLED 1
-#else
-#define WG_ENABLED 0
-#endif
-
 #if WG_ENABLED
-// Byte offset of logical 16-byte chunk j of row r in a [rows][64 bf16] tile stored with the
-// 128-byte swizzle (the tile 1024-byte aligned): chunk j of row r lives at chunk j ^ (r % 8).
-__device__ __forceinline__ u32 wg_sw(u32 r, u32 j) { return r * 128 + ((j ^ (r & 7)) << 4); }
-
-// Shared-memory matrix descriptor of a K-major operand with the 128-byte swizzle: start
-// address, leading byte offset 16 (unused by this layout), stride byte offset 1024 (8 rows of
-// 128 bytes), swizzle mode 1 (128 B).
-__device__ __forceinline__ u64 wg_desc(u32 saddr) {
-    return (u64)((saddr & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) |
-           ((u64)1 << 62);
-}
-
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void wg_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-
-// The 64 f32 accumulators of an m64n128 wgmma as asm operands %0..%63 (a thread's d[0..63]),
-// shared by every wgmma wrapper (SS here, RS in gemm90ws.cu).
-#define WG_D128_REGS                                                                      \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "              \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "    \
-    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "    \
-    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define WG_D128_OPS                                                                                \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),  \
-    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),         \
-    "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),       \
-    "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),       \
-    "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),       \
-    "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),       \
-    "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),       \
-    "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),       \
-    "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
 // wgmma m64nNk16, bf16 x bf16 -> f32, A and B from shared memory (descriptors), D += A B^T.
 __device__ __forceinline__ void wgmma_n128(float* d, u64 da, u64 db) {

@@ -1,6 +1,7 @@
 //! Decode attention on the CUDA backend: the decode CTAs (`attention_dec_hd*`, split mode)
 //! give the bits of the same rows inside one long prefill call (one CTA walking every split),
-//! and what one decode attention call costs per layer inside a CUDA graph.
+//! and what one decode attention call costs per layer inside a CUDA graph, and what a
+//! prefill call costs (`TENSORFOLD_ATTN_WG=0`: the mma.sync walk CTA instead of the wgmma one).
 //!
 //! Every test needs an NVIDIA GPU and is ignored elsewhere; on the GPU machine:
 //! `cargo test --release -p tf-backend --test cuda_attention -- --ignored --nocapture`.
@@ -108,8 +109,17 @@ fn run(g: &CudaBackend, kv: &CudaKv, s: &Seq, start: usize, end: usize) -> Vec<f
 fn decode_rows_equal_the_same_rows_of_a_prefill_call_bitwise() {
     let g = gpu();
     let mut rng = Rng::new(11);
-    // (heads, kv heads, head_dim): llama3-8b, smollm2, G = 8, G = 1, head_dim 96 and 256.
-    let shapes = [(32, 8, 128), (9, 3, 64), (32, 4, 128), (8, 8, 128), (12, 4, 96), (8, 2, 256)];
+    // (heads, kv heads, head_dim): llama3-8b, smollm2, G = 8, G = 1, G = 7 (nanbeige-33b: the
+    // wgmma CTA's 128 M-rows hold 18 rows of 7), head_dim 96 and 256.
+    let shapes = [
+        (32, 8, 128),
+        (9, 3, 64),
+        (32, 4, 128),
+        (8, 8, 128),
+        (14, 2, 128),
+        (12, 4, 96),
+        (8, 2, 256),
+    ];
     let len = 1100;
     for shape in shapes {
         let mut kv = pool(&g, 2, shape.1, shape.2, len);
@@ -125,6 +135,8 @@ fn decode_rows_equal_the_same_rows_of_a_prefill_call_bitwise() {
                 .map(|&p| (p, p + 1))
                 .collect();
         ends.extend([(254, 258), (380, 383), (600, 605), (1096, 1100), (0, 3)]);
+        // Prefill chunks (walk mode) starting off the row-tile alignment.
+        ends.extend([(37, 137), (300, 1100), (1000, 1100)]);
         for (a, e) in ends {
             calls += 1;
             if bits(&run(&g, &kv, &s, a, e)) != bits(&full[a * qw..e * qw]) {
@@ -170,6 +182,36 @@ fn decode_attention_time_per_layer() {
             "decode attention, 1 row at {positions} positions (TENSORFOLD_DECODE_ATTN={env:?}): {:.2} us a call ({:.1} us for 32 calls in a graph)",
             (t64 - t32) / 32.0 * 1e6,
             t32 * 1e6
+        );
+    }
+}
+
+/// Microseconds per prefill attention call of one sequence (llama3-8b heads) at 2,048 and
+/// 8,192 rows from position 0, and the rate of the causal attention's useful FLOPs
+/// (4 x head_dim x heads x the sum of the rows' positions + 1). Prints only.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the GPU machine"]
+fn prefill_attention_time() {
+    let g = gpu();
+    let mut rng = Rng::new(13);
+    let shape = (32, 8, 128);
+    let len = 8192;
+    let mut kv = pool(&g, 2, shape.1, shape.2, len);
+    let s = seq(&g, &mut kv, &mut rng, shape, len);
+    let qw = s.heads * s.hd;
+    let env = std::env::var("TENSORFOLD_ATTN_WG").unwrap_or_default();
+    for rows in [2048usize, 8192] {
+        let b = g.prepare_batch(&one_seq(0, rows, &s.table)).unwrap();
+        let q = up(&g, rows, qw, &s.q[..rows * qw]);
+        let mut out = g.alloc(ActDType::Bf16, rows, qw).unwrap();
+        let t = per_call(&g, 20, || {
+            g.attention(args(&s, &kv, &q, &b, 1, &mut out)).unwrap();
+        });
+        let flops = 4.0 * (s.hd * s.heads) as f64 * (rows * (rows + 1) / 2) as f64;
+        println!(
+            "prefill attention, {rows} rows (TENSORFOLD_ATTN_WG={env:?}): {:.1} us a call, {:.0} TFLOP/s causal",
+            t * 1e6,
+            flops / t / 1e12
         );
     }
 }

@@ -132,6 +132,30 @@ pub(crate) const fn attention_dec_smem(head_dim: usize, split: usize) -> u32 {
     (if dec > all { dec } else { all }) as u32
 }
 
+/// The wgmma prefill entry (`attention90.cu`, sm_90a, head_dim 128): walk mode's CTA with
+/// `WG_MROWS` M-rows, `WG_THREADS` threads and `attention_wg_smem()` bytes.
+pub(crate) const WG_ENTRY: &str = "attention_wg_hd128";
+pub(crate) const WG_THREADS: u32 = 256;
+const WG_MROWS: usize = 128;
+
+/// Dynamic shared memory of `attention_wg_hd128` (`AW_SMEM` in attention90.cu): q (128 M-rows
+/// of 128 bf16), two K and two V tiles of 64 positions, the split totals (64 floats a thread),
+/// 1 KiB to align the swizzled tiles.
+pub(crate) const fn attention_wg_smem() -> u32 {
+    (WG_MROWS * 128 * 2 + 4 * TK * 128 * 2 + 64 * WG_THREADS as usize * 4 + 1024) as u32
+}
+
+/// Whether walk mode takes the wgmma CTA: head_dim 128 on sm_90a, unless
+/// `TENSORFOLD_ATTN_WG=0` (an A/B switch, read once: the same bits either way).
+/// A group of more than `WG_MROWS` query heads (no such model) takes the mma.sync CTA.
+fn wg_walk(be: &CudaBackend, head_dim: usize, group: usize) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    head_dim == 128
+        && group <= WG_MROWS
+        && super::wgmma::runs_on(be.arch())
+        && *ON.get_or_init(|| std::env::var("TENSORFOLD_ATTN_WG").map_or(true, |v| v != "0"))
+}
+
 /// The entry points for `head_dim`: (one CTA walks every split, split mode). head_dim 256
 /// has no decode entry (its KV tiles of a split do not fit in shared memory): split mode
 /// runs the general kernel, one split per CTA.
@@ -291,16 +315,25 @@ fn launch(
         split_mode as u32 | (early as u32) << 1,
         nsplit as u32,
     ];
+    let wg = !split_mode && wg_walk(be, a.head_dim, a.heads / a.kv_heads);
     let (name, smem) = if dec {
         (split_entry, attention_dec_smem(a.head_dim, split))
+    } else if wg {
+        (WG_ENTRY, attention_wg_smem())
     } else {
         (walk_entry, attention_smem(a.head_dim))
     };
     let looped = dec && split_loop();
     let z = if split_mode { split_grid(rows, a.kv_heads, nsplit, be.sms, looped) } else { 1 };
+    // The wgmma CTA takes a window of WG_MROWS / group rows (the row tiles starting in it).
+    let (ctas, threads) = if wg {
+        (rows.div_ceil(WG_MROWS / (a.heads / a.kv_heads)), WG_THREADS)
+    } else {
+        (rows, 128)
+    };
     let cfg = LaunchConfig {
-        grid_dim: ((rows * a.kv_heads) as u32, 1, z as u32),
-        block_dim: (128, 1, 1),
+        grid_dim: ((ctas * a.kv_heads) as u32, 1, z as u32),
+        block_dim: (threads, 1, 1),
         shared_mem_bytes: smem,
     };
     let mut args: Vec<KArg> = [q, pool, out, part, pos, rt, tab].map(KArg::U64).to_vec();

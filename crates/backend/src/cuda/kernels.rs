@@ -26,7 +26,9 @@ use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
-use super::attention::{attention_dec_smem, attention_smem, MAX_SPLIT};
+use super::attention::{
+    attention_dec_smem, attention_smem, attention_wg_smem, MAX_SPLIT, WG_ENTRY, WG_THREADS,
+};
 use super::compile::{self, Family, FAMILIES};
 use super::wgmma;
 use crate::error::{BackendError, Result};
@@ -160,6 +162,12 @@ pub(crate) const ENTRIES: &[Entry] = &[
         threads: 128,
         dyn_smem: attention_dec_smem(128, MAX_SPLIT),
     },
+    Entry {
+        name: WG_ENTRY,
+        family: "attention",
+        threads: WG_THREADS,
+        dyn_smem: attention_wg_smem(),
+    },
     e("attention_combine", "attention", 128),
     e("argmax_f32", "sample", 1024),
     e("sample_rows", "sample", 1024),
@@ -207,11 +215,13 @@ pub(crate) const ENTRIES: &[Entry] = &[
     super::wgmma::GATHER,
 ];
 
-/// Whether the backend ever launches `en` on `arch`: the `gemm90` family (wgmma) only on
-/// sm_90a; elsewhere it compiles to empty entry points that are never launched, so their
-/// launch shared memory (more than sm_89 has) is neither requested nor checked there.
+/// Whether the backend ever launches `en` on `arch`: the `gemm90` family and the wgmma
+/// attention entry only on sm_90a; elsewhere they compile to empty entry points that are never
+/// launched, so their launch shared memory (more than sm_89 has) is neither requested nor
+/// checked there.
 fn launched_on(en: &Entry, arch: &str) -> bool {
-    en.family != wgmma::FAMILY || wgmma::runs_on(arch)
+    let wgmma_only = en.family == wgmma::FAMILY || en.name == WG_ENTRY;
+    !wgmma_only || wgmma::runs_on(arch)
 }
 
 /// Compiled modules of one device, loaded on first use.

@@ -1,0 +1,255 @@
+// Attention, part 3 (one unit after attention.cu and attention_dec.cu): the prefill CTA on
+// Hopper's warpgroup tensor-core instruction (wgmma.mma_async, sm_90a), head_dim 128. Per
+// M-row it computes attention.cu's definition, operation for operation; only who issues the
+// products and how many rows share a KV tile change.
+//
+// Why the bits are the general CTA's (attend): a wgmma k16 step gives the accumulator bits of
+// an mma.sync m16n8k16 step fed the same 16 products from the same value (gemm90.cu's header;
+// tests/cuda_wgmma.rs's probe), and a wgmma accumulator holds, per warp, the rows and columns
+// of mma.sync's fragments in the same registers (warp w of a warpgroup: M-rows 16w..16w+15).
+// - scores: one m64n64k16 step per 16 head dims in increasing order from +0 (qk_tile's
+//   chain), Q (the CTA's M-rows) and K (the tile's 64 positions) both from shared memory,
+//   K-major, in the 128-byte swizzle;
+// - softmax_tile (attention.cu) on the accumulators as they are;
+// - P V: for each 16-position step kk in order, the pieces b0, b1, b2 (split3) in order, one
+//   m64n128k16 step each with the pieces as the A operand from registers (mma.sync's A
+//   fragment layout) and V from shared memory, N-major ([position][dim] as stored: the
+//   transposed-B form), each accumulator rescaled by alpha before the tile, as attend();
+// - splits of SPLIT positions merged sequentially (merge_ml, merge_o), out = finish(O / L).
+// tests/cuda_attention.rs compares this CTA's rows with the decode CTAs' bit for bit.
+//
+// Launch: a CTA of AW_WGS warpgroups (AW_MROWS = 64 AW_WGS M-rows, so row tiles of
+// RPC = AW_MROWS / G rows share each K and V tile: twice attend()'s), one kv head g. The grid
+// has a CTA per (window of RPC rows, kv head), windows from the last (the heaviest causal
+// rows) to the first; a CTA runs, one after another, the row tiles (attention.cu's row_tile
+// with this RPC) that start in its window: one for a single sequence, several where short
+// sequences meet. The grid is a function of the row count and the geometry (attention.rs).
+// K and V tiles: 16-byte cp.async from every thread into two buffers each (tile t + 1 loads
+// while tile t computes), zero-filled past the tile's last valid position as attend().
+//
+// Everything here compiles to nothing below sm_90a (the host never picks it there).
+
+#define AW_WGS 2
+#define AW_MROWS (64 * AW_WGS)
+#define AW_THREADS (128 * AW_WGS)
+// Shared memory (bytes from a 1,024-aligned base): q as two 64-dim halves of [AW_MROWS][128 B];
+// two K and two V tiles, each two 64-dim halves of [TK positions][128 B]; then the running
+// totals O of finished splits, element e of thread i at float e * AW_THREADS + i. The host's
+// `attention_wg_smem` mirrors AW_SMEM.
+#define AW_QHALF (AW_MROWS * 128)
+#define AW_KHALF (TK * 128)
+#define AW_TILE (2 * AW_KHALF)
+#define AW_K (2 * AW_QHALF)
+#define AW_V (AW_K + 2 * AW_TILE)
+#define AW_O (AW_V + 2 * AW_TILE)
+#define AW_SMEM (AW_O + 64 * AW_THREADS * 4 + 1024)
+
+// V as the N-major (transposed) B of P.V: 16 positions x 64 dims a 2,048-byte step; the
+// leading offset steps across the two 64-dim halves, the stride across 8-position groups
+// (H200: bitwise equal to the decode rows with these, session 13).
+#define AW_V_LBO AW_KHALF
+#define AW_V_SBO 1024
+#if WG_ENABLED
+#define AW_S_REGS                                                                             \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "   \
+    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define AW_S_OPS                                                                              \
+    "+f"(s[0][0]), "+f"(s[0][1]), "+f"(s[0][2]), "+f"(s[0][3]), "+f"(s[1][0]), "+f"(s[1][1]), \
+        "+f"(s[1][2]), "+f"(s[1][3]), "+f"(s[2][0]), "+f"(s[2][1]), "+f"(s[2][2]),            \
+        "+f"(s[2][3]), "+f"(s[3][0]), "+f"(s[3][1]), "+f"(s[3][2]), "+f"(s[3][3]),            \
+        "+f"(s[4][0]), "+f"(s[4][1]), "+f"(s[4][2]), "+f"(s[4][3]), "+f"(s[5][0]),            \
+        "+f"(s[5][1]), "+f"(s[5][2]), "+f"(s[5][3]), "+f"(s[6][0]), "+f"(s[6][1]),            \
+        "+f"(s[6][2]), "+f"(s[6][3]), "+f"(s[7][0]), "+f"(s[7][1]), "+f"(s[7][2]), "+f"(s[7][3])
+
+// s (m64n64, f32) += Q K^T over one 16-dim step; both operands K-major in shared memory.
+__device__ __forceinline__ void aw_qk(float (&s)[8][4], u64 dq, u64 dk) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" AW_S_REGS
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : AW_S_OPS
+        : "l"(dq), "l"(dk), "r"(1));
+}
+
+// d (m64n128, f32) += P V over one 16-position step: P's bf16 pieces from registers (a),
+// V N-major in shared memory (imm-trans-b 1).
+__device__ __forceinline__ void aw_pv(float* d, const u32 (&a)[4], u64 dv) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" WG_D128_REGS
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : WG_D128_OPS
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(dv), "r"(1));
+}
+
+// K (or V: gofs + plane) rows of KV tile t into a tile at shared address dst: position r's
+// 16-byte chunk c at half c / 8, swizzled row r; positions >= n zero (no pool read).
+__device__ __forceinline__ void aw_load_kv(u32 dst, const bf16* pool, const u32* table, u32 t,
+                                           u32 n, u64 base, u64 gofs, u32 bs) {
+    for (u32 i = threadIdx.x; i < TK * 16; i += AW_THREADS) {
+        const u32 r = i / 16, c = i % 16, j = t * TK + r;
+        const bf16* src = pool;
+        if (j < n) src = pool + (u64)table[j / bs] * base + gofs + (u64)(j % bs) * 128 + c * 8;
+        cp_async16(dst + (c / 8) * AW_KHALF + wg_sw(r, c % 8), src, j < n);
+    }
+}
+
+// One row tile of kv head g: attention.cu's definition for its M-rows (header above).
+__device__ void attend_wg(const Args& A, const Tile& tile, u32 g, u32 G, u32 sbase, float* Os) {
+    const u32 wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x & 31;
+    __syncthreads();  // the previous row tile is done with shared memory
+    for (u32 i = threadIdx.x; i < AW_MROWS * 16; i += AW_THREADS) {
+        const u32 mr = i / 16, c = i % 16, ri = mr / G;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (ri < tile.nr)
+            v = *(const uint4*)(A.q + ((u64)(tile.b + ri) * A.heads + g * G + mr % G) * 128 + c * 8);
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(
+                         sbase + (c / 8) * AW_QHALF + wg_sw(mr, c % 8)),
+                     "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                     : "memory");
+    }
+    fence_proxy_async();  // q is read by wgmma (the async proxy) after the first barrier
+    int prow[2];
+    row_positions(prow, A, tile, G, 64 * wg + 16 * warp, lane);
+    const bool active = (64 * wg) / G < tile.nr;  // the warpgroup holds a used M-row
+    const KvAt at = kv_at<128>(A, tile, g);
+    const float NEG = -__int_as_float(0x7f800000);
+    float M[2] = {NEG, NEG}, L[2] = {0.0f, 0.0f};
+    float m[2], l[2], o[64];
+    const u32 nt = (tile.n + TK - 1) / TK;
+    aw_load_kv(sbase + AW_K, A.pool, at.table, 0, tile.n, at.base, at.gofs, A.bs);
+    cp_async_commit();
+    aw_load_kv(sbase + AW_V, A.pool, at.table, 0, tile.n, at.base, at.gofs + at.plane, A.bs);
+    cp_async_commit();
+    for (u32 t = 0; t < nt; t++) {
+        if ((t * TK) % SPLIT == 0) {  // a split starts: fresh state
+            for (int k = 0; k < 2; k++) { m[k] = NEG; l[k] = 0.0f; }
+#pragma unroll
+            for (int e = 0; e < 64; e++) o[e] = 0.0f;
+        }
+        const u32 kb = sbase + AW_K + (t % 2) * AW_TILE, vb = sbase + AW_V + (t % 2) * AW_TILE;
+        // Tile t + 1 into the buffers tile t - 1 used: pending are K(t), V(t), K(t+1), V(t+1).
+        const u32 kn = sbase + AW_K + ((t + 1) % 2) * AW_TILE;
+        const u32 vn = sbase + AW_V + ((t + 1) % 2) * AW_TILE;
+        if (t + 1 < nt) aw_load_kv(kn, A.pool, at.table, t + 1, tile.n, at.base, at.gofs, A.bs);
+        cp_async_commit();
+        if (t + 1 < nt)
+            aw_load_kv(vn, A.pool, at.table, t + 1, tile.n, at.base, at.gofs + at.plane, A.bs);
+        cp_async_commit();
+        cp_async_wait<3>();   // K(t) has arrived
+        fence_proxy_async();  // ... visible to wgmma
+        __syncthreads();
+        float s[8][4];
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+        if (active) {
+            wg_fence();
+#pragma unroll
+            for (int st = 0; st < 8; st++) {
+                const u32 h = st / 4, kk = st % 4;
+                aw_qk(s, wg_desc(sbase + h * AW_QHALF + wg * 64 * 128 + kk * 32),
+                      wg_desc(kb + h * AW_KHALF + kk * 32));
+            }
+            wg_commit();
+            wg_wait<0>();
+        }
+        float alpha[2];
+        softmax_tile<8>(s, t, prow, A.scale, lane, NEG, m, l, alpha);
+#pragma unroll
+        for (int d = 0; d < 16; d++) {
+            o[4 * d] = __fmul_rn(o[4 * d], alpha[0]);
+            o[4 * d + 1] = __fmul_rn(o[4 * d + 1], alpha[0]);
+            o[4 * d + 2] = __fmul_rn(o[4 * d + 2], alpha[1]);
+            o[4 * d + 3] = __fmul_rn(o[4 * d + 3], alpha[1]);
+        }
+        cp_async_wait<2>();  // V(t) has arrived
+        fence_proxy_async();
+        __syncthreads();
+        if (active) {
+            u32 a[4][3][4];  // [16-position step][piece][A register]
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                u32 x[4][3];
+                split_step<8>(s, kk, x);
+#pragma unroll
+                for (int p = 0; p < 3; p++)
+#pragma unroll
+                    for (int r = 0; r < 4; r++) a[kk][p][r] = x[r][p];
+            }
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                for (int p = 0; p < 3; p++)
+                    aw_pv(o, a[kk][p], wg_desc_at(vb + kk * 2048, AW_V_LBO, AW_V_SBO));
+            wg_commit();
+            wg_wait<0>();
+        }
+        __syncthreads();  // every warpgroup is done with tile t's buffers
+        if (((t + 1) * TK) % SPLIT != 0 && t + 1 < nt) continue;
+        // The split ends: O = o (the first) or the sequential merge.
+        if ((t * TK) / SPLIT == 0) {
+            for (int k = 0; k < 2; k++) { M[k] = m[k]; L[k] = l[k]; }
+#pragma unroll
+            for (int e = 0; e < 64; e++) Os[e * AW_THREADS + threadIdx.x] = o[e];
+        } else {
+            float ma[2], mc[2];
+            for (int k = 0; k < 2; k++) merge_ml(M[k], L[k], m[k], l[k], ma[k], mc[k]);
+#pragma unroll
+            for (int e = 0; e < 64; e++) {
+                float* O = Os + e * AW_THREADS + threadIdx.x;
+                *O = merge_o(*O, o[e], ma[(e % 4) / 2], mc[(e % 4) / 2]);
+            }
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        if (prow[k] < 0) continue;
+        const u32 mr = 64 * wg + 16 * warp + lane / 4 + 8 * k;
+        const u32 r = tile.b + mr / G, h = g * G + mr % G;
+#pragma unroll
+        for (int d = 0; d < 16; d++) {
+            const float* O = Os + (4 * d + 2 * k) * AW_THREADS + threadIdx.x;
+            const u32 v = pack_bf2(finish(O[0], L[k]), finish(O[AW_THREADS], L[k]));
+            *(u32*)(A.out + ((u64)r * A.heads + h) * 128 + d * 8 + (lane % 4) * 2) = v;
+        }
+    }
+}
+#endif  // WG_ENABLED
+
+// The prefill entry (walk mode: every split, no partials), head_dim 128, sm_90a. grid:
+// (windows of RPC rows) x kv heads; block AW_THREADS; dynamic shared memory AW_SMEM.
+extern "C" __global__ void __launch_bounds__(AW_THREADS, 1) attention_wg_hd128(ATTN_PARAMS) {
+    pdl_wait();
+    pdl_launch();
+#if WG_ENABLED
+    ATTN_ARGS(0);
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __shared__ u32 starts[AW_MROWS / 32];
+    const u32 raw = smem_u32(smem_raw), sbase = (raw + 1023) & ~1023u;
+    float* Os = (float*)(smem_raw + (sbase - raw) + AW_O);
+    const u32 G = heads / kvh, rpc = AW_MROWS / G;
+    const u32 nwin = (rows + rpc - 1) / rpc;
+    const u32 w = nwin - 1 - blockIdx.x / kvh, g = blockIdx.x % kvh, b0 = w * rpc;
+    // Which rows of the window start a row tile (row_tile's test, one row a thread).
+    if (threadIdx.x < AW_MROWS) {
+        const u32 b = b0 + threadIdx.x;
+        bool start = b < rows && threadIdx.x < rpc;
+        if (start && b > 0) {
+            const u32 p = positions[b];
+            start = !(row_table[b - 1] == row_table[b] && positions[b - 1] + 1 == p && p % rpc != 0);
+        }
+        const u32 bits = __ballot_sync(0xffffffffu, start);
+        if ((threadIdx.x & 31) == 0) starts[threadIdx.x / 32] = bits;
+    }
+    __syncthreads();
+    for (u32 i = 0; i < AW_MROWS / 32; i++) {
+        u32 bits = starts[i];
+        while (bits) {
+            const u32 j = __ffs(bits) - 1;
+            bits &= bits - 1;
+            const Tile tile = row_tile(positions, row_table, b0 + 32 * i + j, rows, rpc);
+            attend_wg(a, tile, g, G, sbase, Os);
+        }
+    }
+#endif
+}
