@@ -58,7 +58,7 @@ def main() -> int:
             entry = line.split("'")[1]
         elif "Used" in line and entry:
             print(f"{entry:36s} {line.split(':', 1)[1].strip()}")
-        elif "error" in line.lower():
+        elif "error" in line.lower() or "warning" in line.lower() or "performance" in line.lower():
             print(line)
     if rc == 0 and ptx_out:
         lib.nvrtcGetPTXSize(prog, ctypes.byref(size))

@@ -24,8 +24,12 @@
 // rows) to the first; a CTA runs, one after another, the row tiles (attention.cu's row_tile
 // with this RPC) that start in its window: one for a single sequence, several where short
 // sequences meet. The grid is a function of the row count and the geometry (attention.rs).
-// K and V tiles: 16-byte cp.async from every thread into two buffers each (tile t + 1 loads
-// while tile t computes), zero-filled past the tile's last valid position as attend().
+// K and V tiles: 16-byte cp.async from every thread into two buffers each, zero-filled past
+// the tile's last valid position as attend(). One CTA barrier a tile. Within a warpgroup
+// the work is pipelined (as FlashAttention-3's intra-warpgroup overlap): iteration t issues
+// the loads of K(t + 2) and V(t + 1), splits p(t), issues the scores of tile t + 1 and then
+// P(t) V(t), and runs the softmax of t + 1 while P V is on the tensor cores; o then takes
+// alpha(t + 1). Every operation on o and on (m, l) is attend()'s, in attend()'s order.
 //
 // Everything here compiles to nothing below sm_90a (the host never picks it there).
 
@@ -82,6 +86,22 @@ __device__ __forceinline__ void aw_pv(float* d, const u32 (&a)[4], u64 dv) {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(dv), "r"(1));
 }
 
+// s = Q K^T of the warpgroup's 64 M-rows (q at qb) and the K tile at kb: zeroed, then one
+// m64n64k16 step per 16 dims in increasing order, committed as one group (not waited for).
+// Every warpgroup issues it (one with no used M-row scores zero q rows): ptxas serializes
+// wgmma whose waits sit in divergent paths.
+__device__ __forceinline__ void aw_scores(float (&s)[8][4], u32 qb, u32 kb) {
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+    wg_fence();
+#pragma unroll
+    for (int st = 0; st < 8; st++) {
+        const u32 h = st / 4, kk = st % 4;
+        aw_qk(s, wg_desc(qb + h * AW_QHALF + kk * 32), wg_desc(kb + h * AW_KHALF + kk * 32));
+    }
+    wg_commit();
+}
+
 // K (or V: gofs + plane) rows of KV tile t into a tile at shared address dst: position r's
 // 16-byte chunk c at half c / 8, swizzled row r; positions >= n zero (no pool read).
 __device__ __forceinline__ void aw_load_kv(u32 dst, const bf16* pool, const u32* table, u32 t,
@@ -111,97 +131,106 @@ __device__ void attend_wg(const Args& A, const Tile& tile, u32 g, u32 G, u32 sba
     fence_proxy_async();  // q is read by wgmma (the async proxy) after the first barrier
     int prow[2];
     row_positions(prow, A, tile, G, 64 * wg + 16 * warp, lane);
-    const bool active = (64 * wg) / G < tile.nr;  // the warpgroup holds a used M-row
     const KvAt at = kv_at<128>(A, tile, g);
     const float NEG = -__int_as_float(0x7f800000);
     float M[2] = {NEG, NEG}, L[2] = {0.0f, 0.0f};
-    float m[2], l[2], o[64];
+    float m[2] = {NEG, NEG}, l[2] = {0.0f, 0.0f}, o[64];
+#pragma unroll
+    for (int e = 0; e < 64; e++) o[e] = 0.0f;
     const u32 nt = (tile.n + TK - 1) / TK;
+    const u32 qb = sbase + wg * 64 * 128;
+    // Loads in flight at the top of iteration t: K(t + 1), V(t) (K(0) is waited for first).
     aw_load_kv(sbase + AW_K, A.pool, at.table, 0, tile.n, at.base, at.gofs, A.bs);
+    cp_async_commit();
+    if (nt > 1)
+        aw_load_kv(sbase + AW_K + AW_TILE, A.pool, at.table, 1, tile.n, at.base, at.gofs, A.bs);
     cp_async_commit();
     aw_load_kv(sbase + AW_V, A.pool, at.table, 0, tile.n, at.base, at.gofs + at.plane, A.bs);
     cp_async_commit();
-    for (u32 t = 0; t < nt; t++) {
-        if ((t * TK) % SPLIT == 0) {  // a split starts: fresh state
-            for (int k = 0; k < 2; k++) { m[k] = NEG; l[k] = 0.0f; }
+    cp_async_wait<2>();   // K(0) has arrived
+    fence_proxy_async();  // ... visible to wgmma
+    __syncthreads();
+    float s[8][4], alpha[2];
+    aw_scores(s, qb, sbase + AW_K);
+    wg_wait<0>();
+    // Tile 0 starts the first split: o = 0 stays 0 under its alpha (+0, as o * 0).
+    softmax_tile<8>(s, 0, prow, A.scale, lane, NEG, m, l, alpha);
+    // Tile t; NEXT: a tile t + 1 exists (a constant at both calls, so after inlining every
+    // wgmma and its wait sit on one path).
+    auto step = [&](u32 t, const bool NEXT) {
+        cp_async_wait<0>();  // K(t + 1), V(t) have arrived
+        fence_proxy_async();
+        // ... for every thread, and every warpgroup is done with K(t) and V(t - 1):
+        __syncthreads();
+        if (t + 2 < nt)
+            aw_load_kv(sbase + AW_K + (t % 2) * AW_TILE, A.pool, at.table, t + 2, tile.n,
+                       at.base, at.gofs, A.bs);
+        cp_async_commit();
+        if (NEXT)
+            aw_load_kv(sbase + AW_V + ((t + 1) % 2) * AW_TILE, A.pool, at.table, t + 1, tile.n,
+                       at.base, at.gofs + at.plane, A.bs);
+        cp_async_commit();
+        const bool fresh = NEXT && ((t + 1) * TK) % SPLIT == 0;
+        u32 a[4][3][4];  // p(t)'s pieces: [16-position step][piece][A register]
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            u32 x[4][3];
+            split_step<8>(s, kk, x);
+#pragma unroll
+            for (int p = 0; p < 3; p++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) a[kk][p][r] = x[r][p];
+        }
+        // Scores of tile t + 1 go to the tensor cores first, then P(t) V(t); the softmax of
+        // t + 1 runs while P V does. o's operations stay in attend()'s order: ... + P(t) V(t),
+        // then * alpha(t + 1), then + P(t + 1) V(t + 1).
+        if (NEXT) aw_scores(s, qb, sbase + AW_K + ((t + 1) % 2) * AW_TILE);
+        const u32 vb = sbase + AW_V + (t % 2) * AW_TILE;
+        wg_fence();  // o and a were written by this thread
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int p = 0; p < 3; p++)
+                aw_pv(o, a[kk][p], wg_desc_at(vb + kk * 2048, AW_V_LBO, AW_V_SBO));
+        wg_commit();
+        const float mf[2] = {m[0], m[1]}, lf[2] = {l[0], l[1]};  // split state through t
+        if (NEXT) {
+            wg_wait<1>();  // the scores of t + 1
+            if (fresh)
+                for (int k = 0; k < 2; k++) { m[k] = NEG; l[k] = 0.0f; }
+            softmax_tile<8>(s, t + 1, prow, A.scale, lane, NEG, m, l, alpha);
+        }
+        wg_wait<0>();  // o holds P(t) V(t)
+        if (!NEXT || fresh) {
+            // The split ends: O = o (the first) or the sequential merge; o starts again at 0.
+            if ((t * TK) / SPLIT == 0) {
+                for (int k = 0; k < 2; k++) { M[k] = mf[k]; L[k] = lf[k]; }
+#pragma unroll
+                for (int e = 0; e < 64; e++) Os[e * AW_THREADS + threadIdx.x] = o[e];
+            } else {
+                float ma[2], mc[2];
+                for (int k = 0; k < 2; k++) merge_ml(M[k], L[k], mf[k], lf[k], ma[k], mc[k]);
+#pragma unroll
+                for (int e = 0; e < 64; e++) {
+                    float* O = Os + e * AW_THREADS + threadIdx.x;
+                    *O = merge_o(*O, o[e], ma[(e % 4) / 2], mc[(e % 4) / 2]);
+                }
+            }
 #pragma unroll
             for (int e = 0; e < 64; e++) o[e] = 0.0f;
         }
-        const u32 kb = sbase + AW_K + (t % 2) * AW_TILE, vb = sbase + AW_V + (t % 2) * AW_TILE;
-        // Tile t + 1 into the buffers tile t - 1 used: pending are K(t), V(t), K(t+1), V(t+1).
-        const u32 kn = sbase + AW_K + ((t + 1) % 2) * AW_TILE;
-        const u32 vn = sbase + AW_V + ((t + 1) % 2) * AW_TILE;
-        if (t + 1 < nt) aw_load_kv(kn, A.pool, at.table, t + 1, tile.n, at.base, at.gofs, A.bs);
-        cp_async_commit();
-        if (t + 1 < nt)
-            aw_load_kv(vn, A.pool, at.table, t + 1, tile.n, at.base, at.gofs + at.plane, A.bs);
-        cp_async_commit();
-        cp_async_wait<3>();   // K(t) has arrived
-        fence_proxy_async();  // ... visible to wgmma
-        __syncthreads();
-        float s[8][4];
+        if (NEXT) {
 #pragma unroll
-        for (int nb = 0; nb < 8; nb++) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
-        if (active) {
-            wg_fence();
-#pragma unroll
-            for (int st = 0; st < 8; st++) {
-                const u32 h = st / 4, kk = st % 4;
-                aw_qk(s, wg_desc(sbase + h * AW_QHALF + wg * 64 * 128 + kk * 32),
-                      wg_desc(kb + h * AW_KHALF + kk * 32));
-            }
-            wg_commit();
-            wg_wait<0>();
-        }
-        float alpha[2];
-        softmax_tile<8>(s, t, prow, A.scale, lane, NEG, m, l, alpha);
-#pragma unroll
-        for (int d = 0; d < 16; d++) {
-            o[4 * d] = __fmul_rn(o[4 * d], alpha[0]);
-            o[4 * d + 1] = __fmul_rn(o[4 * d + 1], alpha[0]);
-            o[4 * d + 2] = __fmul_rn(o[4 * d + 2], alpha[1]);
-            o[4 * d + 3] = __fmul_rn(o[4 * d + 3], alpha[1]);
-        }
-        cp_async_wait<2>();  // V(t) has arrived
-        fence_proxy_async();
-        __syncthreads();
-        if (active) {
-            u32 a[4][3][4];  // [16-position step][piece][A register]
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) {
-                u32 x[4][3];
-                split_step<8>(s, kk, x);
-#pragma unroll
-                for (int p = 0; p < 3; p++)
-#pragma unroll
-                    for (int r = 0; r < 4; r++) a[kk][p][r] = x[r][p];
-            }
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-                for (int p = 0; p < 3; p++)
-                    aw_pv(o, a[kk][p], wg_desc_at(vb + kk * 2048, AW_V_LBO, AW_V_SBO));
-            wg_commit();
-            wg_wait<0>();
-        }
-        __syncthreads();  // every warpgroup is done with tile t's buffers
-        if (((t + 1) * TK) % SPLIT != 0 && t + 1 < nt) continue;
-        // The split ends: O = o (the first) or the sequential merge.
-        if ((t * TK) / SPLIT == 0) {
-            for (int k = 0; k < 2; k++) { M[k] = m[k]; L[k] = l[k]; }
-#pragma unroll
-            for (int e = 0; e < 64; e++) Os[e * AW_THREADS + threadIdx.x] = o[e];
-        } else {
-            float ma[2], mc[2];
-            for (int k = 0; k < 2; k++) merge_ml(M[k], L[k], m[k], l[k], ma[k], mc[k]);
-#pragma unroll
-            for (int e = 0; e < 64; e++) {
-                float* O = Os + e * AW_THREADS + threadIdx.x;
-                *O = merge_o(*O, o[e], ma[(e % 4) / 2], mc[(e % 4) / 2]);
+            for (int d = 0; d < 16; d++) {
+                o[4 * d] = __fmul_rn(o[4 * d], alpha[0]);
+                o[4 * d + 1] = __fmul_rn(o[4 * d + 1], alpha[0]);
+                o[4 * d + 2] = __fmul_rn(o[4 * d + 2], alpha[1]);
+                o[4 * d + 3] = __fmul_rn(o[4 * d + 3], alpha[1]);
             }
         }
-    }
+    };
+    for (u32 t = 0; t + 1 < nt; t++) step(t, true);
+    step(nt - 1, false);
     for (int k = 0; k < 2; k++) {
         if (prow[k] < 0) continue;
         const u32 mr = 64 * wg + 16 * warp + lane / 4 + 8 * k;
@@ -223,10 +252,10 @@ extern "C" __global__ void __launch_bounds__(AW_THREADS, 1) attention_wg_hd128(A
     pdl_launch();
 #if WG_ENABLED
     ATTN_ARGS(0);
-    extern __shared__ __align__(16) unsigned char smem_raw[];
+    extern __shared__ __align__(16) unsigned char aw_smem[];
     __shared__ u32 starts[AW_MROWS / 32];
-    const u32 raw = smem_u32(smem_raw), sbase = (raw + 1023) & ~1023u;
-    float* Os = (float*)(smem_raw + (sbase - raw) + AW_O);
+    const u32 raw = smem_u32(aw_smem), sbase = (raw + 1023) & ~1023u;
+    float* Os = (float*)(aw_smem + (sbase - raw) + AW_O);
     const u32 G = heads / kvh, rpc = AW_MROWS / G;
     const u32 nwin = (rows + rpc - 1) / rpc;
     const u32 w = nwin - 1 - blockIdx.x / kvh, g = blockIdx.x % kvh, b0 = w * rpc;
