@@ -64,11 +64,10 @@ stage_bench() {
   $B bench -m $W/l8b --device cuda --pp 128 --tg 256 --reps 3
   for pp in 2048 8192 32768; do $B bench -m $W/l8b --device cuda --pp $pp --tg 0 --reps 2; done
 }
-# The served prefill GEMM (and its cluster pair, TENSORFOLD_WS_CLUSTER=1) alone on the
-# model's shapes (summary weighs the served one against yardsticks' cuBLAS): needs the
-# cuda_wgmma test binary as .gpu/cuda_wgmma.
+# The served prefill GEMM alone on the model's shapes (summary weighs it against yardsticks'
+# cuBLAS): needs the cuda_wgmma test binary as .gpu/cuda_wgmma.
 stage_products() {
-  TF_WG_KERNELS=linear_bf16_ws,linear_bf16_ws_c2 timeout 300 .gpu/cuda_wgmma --ignored --nocapture wg_linear_speed | grep "TFLOP"
+  TF_WG_KERNELS=linear_bf16_ws timeout 300 .gpu/cuda_wgmma --ignored --nocapture wg_linear_speed | grep "TFLOP"
 }
 stage_peer() { python3 .gpu/torch_peer.py --ckpt $W/l8b --prefill 2048,8192,32768 ${PEER_ARGS:-}; }
 stage_yardsticks() { python3 tools/gpu/yardsticks.py --ckpt $W/l8b --tokens 2048,8192; }

@@ -54,16 +54,12 @@ def bench_figures(rows):
 
 
 def products(path, y):
-    """The served prefill GEMM (linear_bf16_ws; its cluster pair linear_bf16_ws_c2 under
-    TENSORFOLD_WS_CLUSTER=1) on the model's shapes, from the `cuda_wgmma wg_linear_speed`
-    lines: {rows: (FLOP-weighted TFLOP/s, cuBLAS's)}."""
+    """The served prefill GEMM (linear_bf16_ws) on the model's shapes, from the
+    `cuda_wgmma wg_linear_speed` lines: {rows: (FLOP-weighted TFLOP/s, cuBLAS's)}."""
     if not path.is_file() or not y.get("gemm"):
         return {}
     rate = {}
-    text = path.read_text()
-    pair = os.environ.get("TENSORFOLD_WS_CLUSTER") == "1"
-    served = "linear_bf16_ws_c2" if pair else "linear_bf16_ws"
-    for m in re.finditer(r"wg TFLOP/s (\d+)x(\d+) " + served + r"\s*:(.*)", text):
+    for m in re.finditer(r"wg TFLOP/s (\d+)x(\d+) linear_bf16_ws\s*:(.*)", path.read_text()):
         for r, t in re.findall(r"r(\d+): (\d+)", m.group(3)):
             rate[(int(m.group(1)), int(m.group(2)), r)] = float(t)
     out = {}

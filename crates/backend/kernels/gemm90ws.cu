@@ -14,17 +14,7 @@
 // compares it with linear_bf16 bit for bit.
 //
 // Launch (persistent): one CTA an SM walks tiles blockIdx.x, + gridDim.x, ... of 128 features
-// x 128 tokens (TF_WS_GROUP feature tiles at a time). `linear_bf16_ws_c2` runs the same CTA in
-// clusters of two that walk pairs of token tiles sharing one feature tile: each CTA copies half
-// of the weight tile to both (a multicast tensor copy) and its own token tile, so a pair reads
-// 3/4 of the two CTAs' bytes from L2 (ncu, session 14: the single CTA's L2 throughput was at
-// 62-71% with the tensor pipe at 58-65%). A stage is free again when the consumers of both
-// CTAs have released it (each consumer warp arrives on its own and the peer's `empty`); no CTA
-// leaves before its peer (a cluster barrier), whose copies and arrivals may still reach it. A
-// pair's second token tile past the rows computes a copy of a valid tile and stores nothing.
-// The arithmetic of every element is the single CTA's. (Written in session 14 from ncu's
-// figures; the host takes it only under TENSORFOLD_WS_CLUSTER=1 until an H200 has compared it
-// bit for bit with linear_bf16 and timed it.) Warpgroup 0 is the copy warpgroup
+// x 128 tokens (TF_WS_GROUP feature tiles at a time). Warpgroup 0 is the copy warpgroup
 // (registers given up with setmaxnreg; one thread issues): for each 64-k tile it waits for a
 // free stage, arms the stage's `full` mbarrier with the bytes to come and issues the two
 // tensor copies. Warpgroups 1 and 2 each own 64 features of the tile: wait for `full`, issue 4
@@ -100,92 +90,30 @@ __device__ __forceinline__ void ws_tensor_copy(u32 dst, const WsMap& map, u32 x,
         : "memory");
 }
 
-// Multicast variant: the box lands at the same offset of every CTA in `mask` (cluster ranks) and
-// completes on the mbarrier at `bar`'s offset in each.
-__device__ __forceinline__ void ws_tensor_copy_mc(u32 dst, const WsMap& map, u32 x, u32 y, u32 bar,
-                                                  unsigned short mask) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
-        "l"((u64)&map), "r"(x), "r"(y), "r"(bar), "h"(mask)
-        : "memory");
-}
-// Arrives on the mbarrier at `bar`'s offset in cluster CTA `rank` when `pred` (in the asm).
-__device__ __forceinline__ void ws_mbar_arrive_at_if(u32 bar, u32 rank, bool pred) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\t.reg .b32 ra;\n\tsetp.ne.b32 p, %2, 0;\n\t"
-        "mapa.shared::cluster.u32 ra, %0, %1;\n\t"
-        "@p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n\t}" ::"r"(bar),
-        "r"(rank), "r"((u32)pred)
-        : "memory");
-}
-// Every thread of the cluster (all warps of both CTAs) meets here.
-__device__ __forceinline__ void ws_cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
-}
-__device__ __forceinline__ u32 ws_sreg_cluster(int which) {
-    u32 v;
-    if (which == 0) asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(v));
-    else if (which == 1) asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(v));
-    else asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(v));
-    return v;
-}
-
-// What a CTA walks: its units (a tile; in clusters of CL = 2, a pair of token tiles sharing a
-// feature tile, of which this CTA takes token tile CL tp + rank), the k tiles of each, the stage
-// ring position.
+// What a CTA walks: its tiles, the k tiles of each, the stage ring position.
 struct WsGrid {
     u32 n, k, rows, tf, tt, ktiles;
     u32 full, empty, sbase;  // shared addresses: full[s] = full + 8 s, likewise empty
     u32 stage_out;           // the consumers' epilogue staging (WS_EPI_BYTES each)
-    u32 rank, unit0, units_step;  // cluster rank (0 alone); first unit, unit stride
 };
 
-template <int CL>
-__device__ __forceinline__ u32 ws_units(const WsGrid& G) {
-    return G.tf * ((G.tt + CL - 1) / CL);
-}
-// Unit `unit`'s feature tile and this CTA's token tile in it (past G.tt for a pair's missing
-// second tile).
-template <int CL>
-__device__ __forceinline__ void ws_unit_tile(const WsGrid& G, u32 unit, u32& fi, u32& ti) {
-    u32 tp;
-    tile_raster_at(unit, G.n, G.rows, WS_BM, CL * WS_BN, TF_WS_GROUP, fi, tp);
-    ti = CL * tp + G.rank;
-}
-// A consumer warp's release of stage s (lane 0 when `pred`): on its own CTA's `empty`, and in
-// a cluster on the peer's too (the peer's copies fill this CTA's stage as well).
-template <int CL>
-__device__ __forceinline__ void ws_release_if(const WsGrid& G, u32 s, bool pred) {
-    ws_mbar_arrive_if(G.empty + 8 * s, pred);
-    if (CL == 2) ws_mbar_arrive_at_if(G.empty + 8 * s, G.rank ^ 1, pred);
-}
-
-// The copy warp (its thread 0 issues): for every 64-k tile of this CTA's units, a free stage,
+// The copy warp (its thread 0 issues): for every 64-k tile of this CTA's tiles, a free stage,
 // armed with the bytes to come (both 16 KiB tiles, zero-filled by the tensor copies past n,
-// rows and K; in a cluster half the weight tile comes from the peer), then the copies: the
-// weight tile (in a cluster, this CTA's half of it, to both CTAs; `wmap`'s box is then 64
-// rows) and the token tile (a pair's missing second tile: the last valid one, never stored).
-template <int CL>
+// rows and K), then the two copies.
 __device__ __forceinline__ void ws_copy(const WsGrid& G, const WsMap& wmap, const WsMap& xmap) {
     const u32 t = threadIdx.x;
     u32 it = 0;
-    for (u32 unit = G.unit0; unit < ws_units<CL>(G); unit += G.units_step) {
+    for (u32 tile = blockIdx.x; tile < G.tf * G.tt; tile += gridDim.x) {
         u32 fi, ti;
-        ws_unit_tile<CL>(G, unit, fi, ti);
-        const u32 ty = min(ti, G.tt - 1);
+        tile_raster_at(tile, G.n, G.rows, WS_BM, WS_BN, TF_WS_GROUP, fi, ti);
         for (u32 kt = 0; kt < G.ktiles; kt++, it++) {
             const u32 s = it % WS_STAGES, ph = (it / WS_STAGES) & 1;
             mbar_wait_parity(G.empty + 8 * s, ph ^ 1);
             const u32 full = G.full + 8 * s, sa = G.sbase + s * WS_STAGE;
             if (t == 0) {
                 mbar_expect_at(full, WS_A_BYTES + WS_B_BYTES);
-                if (CL == 1) {
-                    ws_tensor_copy(sa, wmap, kt * 64, fi * WS_BM, full);
-                } else {
-                    const u32 half = G.rank * (WS_BM / 2);
-                    ws_tensor_copy_mc(sa + half * 128, wmap, kt * 64, fi * WS_BM + half, full, 3);
-                }
-                ws_tensor_copy(sa + WS_A_BYTES, xmap, kt * 64, ty * WS_BN, full);
+                ws_tensor_copy(sa, wmap, kt * 64, fi * WS_BM, full);
+                ws_tensor_copy(sa + WS_A_BYTES, xmap, kt * 64, ti * WS_BN, full);
             }
         }
     }
@@ -202,7 +130,6 @@ struct WsChain {
 // One 64-k tile (ring position `it`) of a consumer warpgroup whose 64 weight rows start at
 // byte `aoff` of the stage: 2 super-steps of 2 wgmma each, folds at slice ends, then the stage
 // whose group has completed released.
-template <int CL>
 __device__ __forceinline__ void ws_tile_k(const WsGrid& G, WsChain& ch, u32 it, u32 kt, u32 aoff,
                                           u32 slice_len) {
     const u32 s = it % WS_STAGES, ph = (it / WS_STAGES) & 1;
@@ -227,11 +154,11 @@ __device__ __forceinline__ void ws_tile_k(const WsGrid& G, WsChain& ch, u32 it, 
     const bool lead = (threadIdx.x & 31) == 0;
     if (TF_WS_DEPTH >= 2) {
         wg_wait<1>();  // the previous tile's group is complete: its stage is free
-        ws_release_if<CL>(G, (u32)max(ch.pending, 0), ch.pending >= 0 && lead);
+        ws_mbar_arrive_if(G.empty + 8 * ch.pending, ch.pending >= 0 && lead);
         ch.pending = (int)s;
     } else {
         wg_wait<0>();
-        ws_release_if<CL>(G, s, lead);
+        ws_mbar_arrive_if(G.empty + 8 * s, lead);
     }
 }
 
@@ -296,7 +223,6 @@ __device__ __forceinline__ void ws_store_staged(const WsGrid& G, u32 cw, u32 stg
 }
 
 // A consumer warpgroup (cw = 0, 1: features 64 cw .. of each tile).
-template <int CL>
 __device__ __forceinline__ void ws_consume(const WsGrid& G, u32 cw, const float* __restrict__ bias,
                                            void* out, int out_mode, u32 slice_len, u32 slices) {
     const u32 warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
@@ -305,18 +231,17 @@ __device__ __forceinline__ void ws_consume(const WsGrid& G, u32 cw, const float*
     const bool staged = out_mode == 0 && G.n % 8 == 0 && ((u64)out & 15) == 0;
     WsChain ch;
     u32 it = 0;
-    for (u32 unit = G.unit0; unit < ws_units<CL>(G); unit += G.units_step) {
+    for (u32 tile = blockIdx.x; tile < G.tf * G.tt; tile += gridDim.x) {
         u32 fi, ti;
-        ws_unit_tile<CL>(G, unit, fi, ti);
+        tile_raster_at(tile, G.n, G.rows, WS_BM, WS_BN, TF_WS_GROUP, fi, ti);
 #pragma unroll
         for (int i = 0; i < 64; i++) ch.acc[i] = ch.tot[i] = 0.0f;
         ch.first = true;
         ch.next_end = slice_len;
         ch.pending = -1;
-        for (u32 kt = 0; kt < G.ktiles; kt++)
-            ws_tile_k<CL>(G, ch, it++, kt, cw * 64 * 128, slice_len);
+        for (u32 kt = 0; kt < G.ktiles; kt++) ws_tile_k(G, ch, it++, kt, cw * 64 * 128, slice_len);
         wg_wait<0>();
-        ws_release_if<CL>(G, (u32)max(ch.pending, 0), ch.pending >= 0 && lane == 0);
+        ws_mbar_arrive_if(G.empty + 8 * ch.pending, ch.pending >= 0 && lane == 0);
         // Empty trailing slices: linear_bf16 adds their +0.0 partials (turns a -0.0 into +0.0).
         const u32 used = slice_len ? (G.k + slice_len - 1) / slice_len : 0;
         const u32 empty = slices > used ? slices - used : 0;
@@ -340,7 +265,6 @@ __device__ __forceinline__ void ws_consume(const WsGrid& G, u32 cw, const float*
     }
 }
 
-template <int CL>
 __device__ __forceinline__ void ws_body(const WsMap& wmap, const WsMap& xmap,
                                         const float* __restrict__ bias, void* out, int out_mode,
                                         u32 n, u32 k, u32 rows, u32 slice_len, u32 slices) {
@@ -357,30 +281,25 @@ __device__ __forceinline__ void ws_body(const WsMap& wmap, const WsMap& xmap,
     G.full = G.sbase + WS_STAGES * WS_STAGE;
     G.empty = G.full + 8 * WS_STAGES;
     G.stage_out = G.empty + 8 * WS_STAGES;
-    G.rank = CL == 1 ? 0 : ws_sreg_cluster(0);
-    G.unit0 = CL == 1 ? blockIdx.x : ws_sreg_cluster(1);
-    G.units_step = CL == 1 ? gridDim.x : ws_sreg_cluster(2);
     if (threadIdx.x == 0) {
         for (u32 s = 0; s < WS_STAGES; s++) {
             mbar_init_at(G.full + 8 * s, 1);
-            mbar_init_at(G.empty + 8 * s, 8 * CL);  // one arrival from each consumer warp
+            mbar_init_at(G.empty + 8 * s, 8);  // one arrival from each consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         fence_proxy_async();
     }
-    if (CL == 1) __syncthreads();
-    else ws_cluster_sync();  // the peer's barriers are initialized before any copy or arrival
+    __syncthreads();
     // The role from a shuffle: ptxas then knows it is warp-uniform (a branch it cannot prove
     // uniform before the wgmmas makes it serialize them).
     const u32 wg = __shfl_sync(0xffffffffu, threadIdx.x >> 7, 0);
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;" ::: "memory");
-        if (threadIdx.x < 32) ws_copy<CL>(G, wmap, xmap);
-    } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;" ::: "memory");
-        ws_consume<CL>(G, wg - 1, bias, out, out_mode, slice_len, slices);
+        if (threadIdx.x < 32) ws_copy(G, wmap, xmap);
+        return;
     }
-    if (CL == 2) ws_cluster_sync();  // the peer may still copy into or arrive on this CTA
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;" ::: "memory");
+    ws_consume(G, wg - 1, bias, out, out_mode, slice_len, slices);
 }
 #endif  // WG_ENABLED
 
@@ -394,26 +313,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     pdl_wait();
     pdl_launch();
 #if WG_ENABLED
-    ws_body<1>(wmap, xmap, bias, out, out_mode, n, k, rows, slice_len, slices);
-#endif
-}
-
-// The same in clusters of two CTAs (grid: twice min(units, resident clusters), units = feature
-// tiles x pairs of token tiles); `wmap`'s box is 64 k x 64 rows (each CTA copies half a weight
-// tile). Below sm_90 (no clusters) an empty entry point, never launched.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define WS_PAIR_CLUSTER __cluster_dims__(2, 1, 1)
-#else
-#define WS_PAIR_CLUSTER
-#endif
-extern "C" __global__ void WS_PAIR_CLUSTER __launch_bounds__(384, 1)
-    linear_bf16_ws_c2(const __grid_constant__ WsMap wmap, const __grid_constant__ WsMap xmap,
-                      const float* __restrict__ bias, void* out, int out_mode, u32 n, u32 k,
-                      u32 rows, u32 slice_len, u32 slices) {
-    pdl_wait();
-    pdl_launch();
-#if WG_ENABLED
-    ws_body<2>(wmap, xmap, bias, out, out_mode, n, k, rows, slice_len, slices);
+    ws_body(wmap, xmap, bias, out, out_mode, n, k, rows, slice_len, slices);
 #endif
 }
 

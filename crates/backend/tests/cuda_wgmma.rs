@@ -239,11 +239,9 @@ fn wgmma_step_equals_mma_sync_steps_bitwise() {
     assert!(bad.is_empty(), "wgmma differs from mma.sync:\n{}", bad.join("\n"));
 }
 
-/// The wgmma entry points (gemm90.cu's `WG_ENTRY`s, gemm90ws.cu's `linear_bf16_ws` and its
-/// cluster pair `linear_bf16_ws_c2`, both operands by tensor copies): each must give
-/// `linear_bf16`'s bits.
-const WG: [&str; 4] =
-    ["linear_bf16_wg", "linear_bf16_wg_m192", "linear_bf16_ws", "linear_bf16_ws_c2"];
+/// The wgmma entry points (gemm90.cu's `WG_ENTRY`s and gemm90ws.cu's `linear_bf16_ws`, both
+/// operands by tensor copies): each must give `linear_bf16`'s bits.
+const WG: [&str; 3] = ["linear_bf16_wg", "linear_bf16_wg_m192", "linear_bf16_ws"];
 
 /// The entry points a run covers: `TF_WG_KERNELS` (comma-separated) or all of `WG`.
 fn wg_kernels() -> Vec<String> {

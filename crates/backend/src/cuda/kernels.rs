@@ -212,7 +212,6 @@ pub(crate) const ENTRIES: &[Entry] = &[
     super::wgmma::wg_entry(super::wgmma::WG_SHAPES[0]),
     super::wgmma::wg_entry(super::wgmma::WG_SHAPES[1]),
     super::wgmma::wg_entry(super::wgmma::LINEAR_WS),
-    super::wgmma::wg_entry(super::wgmma::LINEAR_WS_C2),
     super::wgmma::GATHER,
 ];
 

@@ -108,9 +108,8 @@ enum Kernel {
     Streaming,
     /// `linear_bf16_tiled` (or a candidate configuration of it).
     Tiled(TiledShape),
-    /// `linear_bf16_ws` (sm_90a; `gather_rows` first where its input map needs it): alone
-    /// (`Some(false)`), in cluster pairs (`linear_bf16_ws_c2`, `Some(true)`), or by row count.
-    Ws(Option<bool>),
+    /// `linear_bf16_ws` (sm_90a; `gather_rows` first where its input map needs it).
+    Ws,
 }
 
 impl CudaBackend {
@@ -129,8 +128,7 @@ impl CudaBackend {
     ) -> Result<()> {
         let kernel = match name {
             "linear_bf16" => Kernel::Streaming,
-            "linear_bf16_ws" if super::wgmma::runs_on(self.arch()) => Kernel::Ws(Some(false)),
-            "linear_bf16_ws_c2" if super::wgmma::runs_on(self.arch()) => Kernel::Ws(Some(true)),
+            "linear_bf16_ws" if super::wgmma::runs_on(self.arch()) => Kernel::Ws,
             n => match tiled_shape(n).or(super::wgmma::wg_shape(self, n)?) {
                 Some(t) => Kernel::Tiled(t),
                 None => return Err(BackendError::Device(format!("no linear kernel `{name}`"))),
@@ -206,7 +204,7 @@ fn prefill_config(be: &CudaBackend, rows: usize, n: usize, w: u64) -> Kernel {
     match v.as_str() {
         "0" => Kernel::Tiled(tiled_config(rows, n)),
         "ss" if hopper => Kernel::Tiled(super::wgmma::LINEAR_WG),
-        _ if super::wgmma::ws_takes(be, w) => Kernel::Ws(None),
+        _ if super::wgmma::ws_takes(be, w) => Kernel::Ws,
         _ if hopper => Kernel::Tiled(super::wgmma::LINEAR_WG),
         _ => Kernel::Tiled(tiled_config(rows, n)),
     }
@@ -247,7 +245,7 @@ fn launch(be: &CudaBackend, p: &Product<'_>, out: &CudaTensor, kernel: Kernel) -
             extra = t.extra;
             (t.name, t.cfg)
         }
-        Kernel::Ws(pair) => {
+        Kernel::Ws => {
             let c = WsCall {
                 op: p.op,
                 w: wp,
@@ -261,7 +259,6 @@ fn launch(be: &CudaBackend, p: &Product<'_>, out: &CudaTensor, kernel: Kernel) -
                 rows: r32,
                 slice_len,
                 slices,
-                pair,
             };
             return super::wgmma::ws_launch(be, &c);
         }

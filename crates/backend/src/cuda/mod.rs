@@ -91,9 +91,6 @@ pub struct CudaBackend {
     pub(crate) pdl: bool,
     /// Streaming multiprocessors (sizes the bounded attention split grid).
     pub(crate) sms: usize,
-    /// Clusters of `linear_bf16_ws_c2` that fit on the device at once (`wgmma.rs`), asked of
-    /// the driver on first use.
-    pub(crate) ws_pairs: std::sync::OnceLock<usize>,
     /// What the last launch wrote to the KV pool if it was `kv_store` or `rope_kv_store`
     /// (`KvWrite`); every launch clears it first. Attention's decode CTAs copy the rows older
     /// than the call's before waiting for the previous kernel only when that kernel wrote this
@@ -171,7 +168,6 @@ impl CudaBackend {
                 std::env::var("TENSORFOLD_CUDA_GRAPHS").is_ok_and(|v| v == "0"),
             )),
             pdl: cc.0 >= 9 && std::env::var("TENSORFOLD_PDL").map_or(true, |v| v != "0"),
-            ws_pairs: std::sync::OnceLock::new(),
             sms,
             kv_written: Mutex::new(None),
         })

@@ -72,10 +72,6 @@ pub(crate) const LINEAR_WS: TiledShape = TiledShape {
     threads: 384,
     smem: (WS_STAGES * 2 * WS_TILE * 128 + 2 * WS_STAGES * 8 + 2 * WS_TILE * 128 + 1024) as u32,
 };
-/// `linear_bf16_ws_c2`: the same CTA in clusters of two sharing each weight tile (each copies
-/// half of it to both by a multicast tensor copy); `tokens` is a pair's.
-pub(crate) const LINEAR_WS_C2: TiledShape =
-    TiledShape { name: "linear_bf16_ws_c2", tokens: 2 * WS_TILE, ..LINEAR_WS };
 /// gemm90ws.cu's `WS_BM` = `WS_BN` and `WS_STAGES`.
 const WS_TILE: usize = 128;
 const WS_STAGES: usize = 6;
@@ -120,18 +116,6 @@ pub(crate) struct WsCall {
     pub rows: u32,
     pub slice_len: u32,
     pub slices: u32,
-    /// `Some(true)`: `linear_bf16_ws_c2`, `Some(false)`: `linear_bf16_ws`, `None`:
-    /// `pair_for`. Speed only.
-    pub pair: Option<bool>,
-}
-
-/// Whether a call of `rows` rows takes the cluster pair: with `TENSORFOLD_WS_CLUSTER=1`, when
-/// it has two token tiles or more (below, the pair's second CTA would only copy). Off by
-/// default until measured on the GPU (session 14 wrote it when none could be had).
-fn pair_for(rows: u32) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *ON.get_or_init(|| std::env::var("TENSORFOLD_WS_CLUSTER").is_ok_and(|v| v == "1"));
-    on && rows as usize > WS_TILE
 }
 
 /// Whether `linear_bf16_ws` can take a weight at device address `w`: a tensor map needs a
@@ -162,22 +146,15 @@ pub(crate) fn ws_launch(be: &CudaBackend, c: &WsCall) -> Result<()> {
         };
         be.launch(GATHER.name, cfg, &[c.x.into(), c.row_idx.into(), x.into(), c.k.into()])?;
     }
-    let pair = c.pair.unwrap_or_else(|| pair_for(c.rows));
-    let (shape, per, wbox) = match pair {
-        // Clusters of two CTAs (pairs of token tiles), each copying half a weight tile.
-        true => (LINEAR_WS_C2, 2, WS_TILE / 2),
-        false => (LINEAR_WS, 1, WS_TILE),
-    };
-    let units = (c.n as usize).div_ceil(WS_TILE) * tile_rows.div_ceil(per);
-    let resident = if pair { pairs_resident(be) } else { be.sms };
+    let tiles = (c.n as usize).div_ceil(WS_TILE) * tile_rows;
     let cfg = LaunchConfig {
-        grid_dim: ((per * units.min(resident.max(1))) as u32, 1, 1),
-        block_dim: (shape.threads, 1, 1),
-        shared_mem_bytes: shape.smem,
+        grid_dim: (tiles.min(be.sms.max(1)) as u32, 1, 1),
+        block_dim: (LINEAR_WS.threads, 1, 1),
+        shared_mem_bytes: LINEAR_WS.smem,
     };
     let args: [KArg; 10] = [
-        KArg::Map(Arc::new(tile_map(c.op, "weight", c.w, c.n, c.k, wbox)?)),
-        KArg::Map(Arc::new(tile_map(c.op, "input", x, c.rows, c.k, WS_TILE)?)),
+        KArg::Map(Arc::new(tile_map(c.op, "weight", c.w, c.n, c.k)?)),
+        KArg::Map(Arc::new(tile_map(c.op, "input", x, c.rows, c.k)?)),
         c.bias.into(),
         c.out.into(),
         c.out_mode.into(),
@@ -187,53 +164,13 @@ pub(crate) fn ws_launch(be: &CudaBackend, c: &WsCall) -> Result<()> {
         c.slice_len.into(),
         c.slices.into(),
     ];
-    be.launch(shape.name, cfg, &args)
-}
-
-/// How many `linear_bf16_ws_c2` clusters run at once (the driver's occupancy answer; a
-/// persistent grid of more would leave some to start after others finish): asked once.
-fn pairs_resident(be: &CudaBackend) -> usize {
-    *be.ws_pairs.get_or_init(|| {
-        let fallback = be.sms / 2;
-        let Ok(f) = be.reg.get(LINEAR_WS_C2.name) else { return fallback };
-        let config = sys::CUlaunchConfig {
-            gridDimX: (2 * fallback.max(1)) as u32,
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: LINEAR_WS_C2.threads,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: LINEAR_WS_C2.smem,
-            hStream: be.stream.cu_stream(),
-            attrs: std::ptr::null_mut(),
-            numAttrs: 0,
-        };
-        let mut n: std::ffi::c_int = 0;
-        if be.ctx.bind_to_thread().is_err() {
-            return fallback;
-        }
-        // SAFETY: `config` is a complete launch configuration without attributes (the kernel
-        // declares its cluster shape), `f` a loaded function of this context, `n` written only.
-        let r =
-            unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, f.cu_function(), &config).result() };
-        match r {
-            Ok(()) if n > 0 => n as usize,
-            _ => fallback,
-        }
-    })
+    be.launch(LINEAR_WS.name, cfg, &args)
 }
 
 /// The tensor map `linear_bf16_ws` reads an operand through: bf16 `[rows][k]` row-major at
-/// `base` (16-byte aligned), boxes of 64 k x `box_rows` rows in the 128-byte swizzle (the
-/// layout its wgmma descriptors name), zeros outside.
-fn tile_map(
-    op: &str,
-    what: &str,
-    base: u64,
-    rows: u32,
-    k: u32,
-    box_rows: usize,
-) -> Result<sys::CUtensorMap> {
+/// `base` (16-byte aligned), boxes of 64 k x 128 rows in the 128-byte swizzle (the layout
+/// its wgmma descriptors name), zeros outside.
+fn tile_map(op: &str, what: &str, base: u64, rows: u32, k: u32) -> Result<sys::CUtensorMap> {
     use sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 as BF16;
     use sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE as ZEROS;
     use sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE as PLAIN;
@@ -242,7 +179,7 @@ fn tile_map(
     let mut map = sys::CUtensorMap { opaque: [0; 16] };
     let dims = [k as u64, rows as u64];
     let strides = [k as u64 * 2];
-    let (boxes, steps) = ([64u32, box_rows as u32], [1u32, 1]);
+    let (boxes, steps) = ([64u32, WS_TILE as u32], [1u32, 1]);
     // SAFETY: the arrays hold `rank` (2) dims, box sizes and element strides and `rank - 1`
     // byte strides, as the call reads; `base` is a 16-byte aligned device address of rows x k
     // bf16 (`ws_takes` for weights, `ws_launch` for inputs), K a multiple of 8 so the row
