@@ -315,7 +315,13 @@ fn launch(
         split_mode as u32 | (early as u32) << 1,
         nsplit as u32,
     ];
-    let wg = !split_mode && wg_walk(be, a.head_dim, a.heads / a.kv_heads);
+    // The wgmma CTA runs the row tiles of its window one after another: it pays where
+    // sequences fill windows (prefill chunks), not for many short tiles (a 64-stream decode
+    // step), where the general CTA's one CTA a row keeps every tile in parallel. Same bits.
+    let window = WG_MROWS / (a.heads / a.kv_heads);
+    let wg = !split_mode
+        && rows >= window * batch.meta.seqs.len()
+        && wg_walk(be, a.head_dim, a.heads / a.kv_heads);
     let (name, smem) = if dec {
         (split_entry, attention_dec_smem(a.head_dim, split))
     } else if wg {
