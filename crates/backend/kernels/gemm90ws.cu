@@ -37,7 +37,10 @@
 // from an image packed by an extra kernel: 230-451 TFLOP/s at 2,048 rows, packing included,
 // ncu showing a third of the issue stalls on instruction fetch. Dropped then, same bits: the
 // weight tile by one 1-D bulk copy a 128-byte row (50-66 TFLOP/s) and by 16-byte cp.async
-// from the copy warpgroup (131-310).
+// from the copy warpgroup (131-310). Session 14 (bit-equal, dropped, commit 5ad7563): clusters
+// of two CTAs over pairs of token tiles, each copying half of the shared weight tile to both by
+// a multicast tensor copy and releasing stages on both CTAs' mbarriers: 228-260 TFLOP/s against
+// this kernel's 476-558 in the same call, though ncu had shown its L2 throughput at 62-71%.
 //
 // Everything here compiles to nothing below sm_90a (the host never picks it there).
 
