@@ -145,13 +145,18 @@ pub(crate) const fn attention_wg_smem() -> u32 {
     (WG_MROWS * 128 * 2 + 4 * TK * 128 * 2 + 64 * WG_THREADS as usize * 4 + 1024) as u32
 }
 
-/// Whether walk mode takes the wgmma CTA: head_dim 128 on sm_90a, unless
-/// `TENSORFOLD_ATTN_WG=0` (an A/B switch, read once: the same bits either way).
-/// A group of more than `WG_MROWS` query heads (no such model) takes the mma.sync CTA.
-fn wg_walk(be: &CudaBackend, head_dim: usize, group: usize) -> bool {
+/// Whether walk mode takes the wgmma CTA for `rows` rows of `seqs` sequences: head_dim 128
+/// on sm_90a, unless `TENSORFOLD_ATTN_WG=0` (an A/B switch, read once: the same bits either
+/// way). A group of more than `WG_MROWS` query heads (no such model) takes the mma.sync CTA.
+/// The wgmma CTA runs the row tiles of its window (`WG_MROWS / group` rows) one after
+/// another: it pays where the rows fill windows on average (prefill chunks), not for many
+/// sequences' short tiles (a 64-stream decode step), which the general CTA, one a row, runs
+/// in parallel (session 14: 16 / 64 streams 1,085 / 1,959 -> 1,566 / 2,627 tok/s).
+fn wg_walk(be: &CudaBackend, head_dim: usize, group: usize, rows: usize, seqs: usize) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     head_dim == 128
         && group <= WG_MROWS
+        && rows >= (WG_MROWS / group) * seqs
         && super::wgmma::runs_on(be.arch())
         && *ON.get_or_init(|| std::env::var("TENSORFOLD_ATTN_WG").map_or(true, |v| v != "0"))
 }
@@ -315,13 +320,8 @@ fn launch(
         split_mode as u32 | (early as u32) << 1,
         nsplit as u32,
     ];
-    // The wgmma CTA runs the row tiles of its window one after another: it pays where
-    // sequences fill windows (prefill chunks), not for many short tiles (a 64-stream decode
-    // step), where the general CTA's one CTA a row keeps every tile in parallel. Same bits.
-    let window = WG_MROWS / (a.heads / a.kv_heads);
-    let wg = !split_mode
-        && rows >= window * batch.meta.seqs.len()
-        && wg_walk(be, a.head_dim, a.heads / a.kv_heads);
+    let group = a.heads / a.kv_heads;
+    let wg = !split_mode && wg_walk(be, a.head_dim, group, rows, batch.meta.seqs.len());
     let (name, smem) = if dec {
         (split_entry, attention_dec_smem(a.head_dim, split))
     } else if wg {
@@ -332,11 +332,8 @@ fn launch(
     let looped = dec && split_loop();
     let z = if split_mode { split_grid(rows, a.kv_heads, nsplit, be.sms, looped) } else { 1 };
     // The wgmma CTA takes a window of WG_MROWS / group rows (the row tiles starting in it).
-    let (ctas, threads) = if wg {
-        (rows.div_ceil(WG_MROWS / (a.heads / a.kv_heads)), WG_THREADS)
-    } else {
-        (rows, 128)
-    };
+    let (ctas, threads) =
+        if wg { (rows.div_ceil(WG_MROWS / group), WG_THREADS) } else { (rows, 128) };
     let cfg = LaunchConfig {
         grid_dim: ((ctas * a.kv_heads) as u32, 1, z as u32),
         block_dim: (threads, 1, 1),
