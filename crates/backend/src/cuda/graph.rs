@@ -224,7 +224,7 @@ impl CudaBackend {
             sharedMemBytes: cfg.shared_mem_bytes,
             hStream: self.stream.cu_stream(),
             attrs: &mut attr,
-            numAttrs: self.pdl as u32,
+            numAttrs: (self.pdl && self.pdl_step.load(std::sync::atomic::Ordering::Relaxed)) as u32,
         };
         self.ctx.bind_to_thread().map_err(drv("binding the context"))?;
         // SAFETY: each op checks every shape, index and buffer size its kernel follows
@@ -265,6 +265,10 @@ impl CudaBackend {
     /// Opens a step: records its launches if it is small enough and graphs are on.
     pub(crate) fn graph_step_begin(&self, rows: usize, fixed_meta: bool) -> Result<()> {
         self.graph_step_end()?;
+        static PDL_PREFILL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let all = *PDL_PREFILL
+            .get_or_init(|| std::env::var("TENSORFOLD_PDL_PREFILL").is_ok_and(|v| v == "1"));
+        self.pdl_step.store(all || rows <= GRAPH_MAX_ROWS, std::sync::atomic::Ordering::Relaxed);
         let mut g = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
         if !g.disabled && fixed_meta && rows <= GRAPH_MAX_ROWS {
             g.begin();

@@ -89,6 +89,11 @@ pub struct CudaBackend {
     /// Launch with programmatic stream serialization (sm_90+, `TENSORFOLD_PDL=0` turns it
     /// off): a kernel may start while the previous one finishes (`graph.rs` `launch_now`).
     pub(crate) pdl: bool,
+    /// Whether the current step's launches take PDL (`graph.rs` `graph_step_begin`): steps of
+    /// at most `GRAPH_MAX_ROWS` rows do; prefill chunks run plain stream order, since their
+    /// kernels of thousands of CTAs would let the next kernel's CTAs hold SMs while they wait
+    /// (`TENSORFOLD_PDL_PREFILL=1`: every step takes it, for A/B).
+    pub(crate) pdl_step: std::sync::atomic::AtomicBool,
     /// Streaming multiprocessors (sizes the bounded attention split grid).
     pub(crate) sms: usize,
     /// What the last launch wrote to the KV pool if it was `kv_store` or `rope_kv_store`
@@ -168,6 +173,7 @@ impl CudaBackend {
                 std::env::var("TENSORFOLD_CUDA_GRAPHS").is_ok_and(|v| v == "0"),
             )),
             pdl: cc.0 >= 9 && std::env::var("TENSORFOLD_PDL").map_or(true, |v| v != "0"),
+            pdl_step: std::sync::atomic::AtomicBool::new(true),
             sms,
             kv_written: Mutex::new(None),
         })
