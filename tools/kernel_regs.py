@@ -4,17 +4,37 @@ without a GPU: compiles the family's files under crates/backend/kernels (common.
 prepended, as the backend does; a family of two files, e.g. attention.cu attention_dec.cu,
 names both in order) with NVRTC from the pip wheel that scripts/nvrtc-wheels.sh installs.
 
-usage: tools/kernel_regs.py linear.cu [more.cu ...] [sm_90a] [--ptx=OUT.ptx] [-DNAME=VALUE ...]
+usage: tools/kernel_regs.py linear.cu [more.cu ...] [sm_90a] [--ptx=OUT.ptx] [--sass=OUT.sass]
+       [-DNAME=VALUE ...]
 -D passes a tuning knob as TENSORFOLD_KERNEL_DEFINES does (e.g. -DTF_SPLIT=64). The figures are the compiler's; occupancy and speed still need the GPU machine. --ptx writes
-the unit's PTX (to compare two versions of a kernel: same PTX, same machine code).
+the unit's PTX (to compare two versions of a kernel: same PTX, same machine code). --sass
+writes the machine code (nvdisasm of NVRTC's cubin; the disassembler comes from the pip wheel
+nvidia-cuda-nvdisasm, fetched into the cache on first use): the same PTX up to register names
+can still give other machine code (session 15: 15-18% slower linear_bf16_ws), so compare it
+before spending a GPU call. Labels differ between builds; `sed -E 's/\.L_x_[0-9]+/L/g'` first.
 """
 import ctypes
+import glob
 import os
+import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = os.environ.get("TENSORFOLD_CACHE", os.path.join(ROOT, ".cache"))
 LIB_DIR = os.path.join(CACHE, "nvrtc/nvidia/cu13/lib")
+NVDISASM_WHEEL = "nvidia-cuda-nvdisasm==13.2.51"
+
+
+def nvdisasm() -> str:
+    """The nvdisasm binary, from its pip wheel unpacked under the cache."""
+    root = os.path.join(CACHE, "nvdisasm")
+    found = glob.glob(os.path.join(root, "**/bin/nvdisasm"), recursive=True)
+    if not found:
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                        "--target", root, NVDISASM_WHEEL], check=True)
+        found = glob.glob(os.path.join(root, "**/bin/nvdisasm"), recursive=True)
+    os.chmod(found[0], 0o755)
+    return found[0]
 
 
 def main() -> int:
@@ -34,6 +54,7 @@ def main() -> int:
     kernels = os.path.join(ROOT, "crates/backend/kernels")
     files = [a for a in sys.argv[1:] if a.endswith(".cu")]
     ptx_out = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--ptx=")]
+    sass_out = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--sass=")]
     defines = [a.encode() for a in sys.argv[1:] if a.startswith("-D")]
     archs = [a for a in sys.argv[1:] if not a.endswith(".cu") and not a.startswith("-")]
     with open(os.path.join(kernels, "common.cuh")) as f:
@@ -66,6 +87,15 @@ def main() -> int:
         lib.nvrtcGetPTX(prog, ptx)
         with open(ptx_out[0], "wb") as f:
             f.write(ptx.value)
+    if rc == 0 and sass_out:
+        lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
+        cubin = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetCUBIN(prog, cubin)
+        path = sass_out[0] + ".cubin"
+        with open(path, "wb") as f:
+            f.write(cubin.raw)
+        with open(sass_out[0], "w") as f:
+            subprocess.run([nvdisasm(), "-c", path], stdout=f, check=True)
     return 0 if rc == 0 else 1
 
 

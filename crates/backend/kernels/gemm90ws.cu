@@ -15,10 +15,10 @@
 //
 // Launch (persistent): one CTA an SM walks tiles blockIdx.x, + gridDim.x, ... of 128 features
 // x 128 tokens (TF_WS_GROUP feature tiles at a time). Warpgroup 0 is the copy warpgroup
-// (registers given up with setmaxnreg; one thread issues): for each 64-k tile it waits for a
-// free stage, arms the stage's `full` mbarrier with the bytes to come and issues the two
-// tensor copies. Warpgroups 1 and 2 each own 64 features of the tile: wait for `full`, issue 4
-// wgmma m64n128k16 (SS), commit, and once the tile's group before has completed (TF_WS_DEPTH
+// (registers given up with setmaxnreg; one thread issues): for each stage's k tile (TF_WS_KT,
+// 128) it waits for a free stage, arms the stage's `full` mbarrier with the bytes to come and
+// issues the tensor copies (two a 64-k sub-tile). Warpgroups 1 and 2 each own 64 features of
+// the tile: wait for `full`, issue TF_WS_KT / 16 wgmma m64n128k16 (SS), commit, and once the tile's group before has completed (TF_WS_DEPTH
 // groups in flight) release that stage on `empty`. A CTA's next tile's copies run while its
 // consumers store the last one: bf16 outputs by stmatrix into a staging area and then whole
 // 16-byte chunks of a token's features (`ws_store_staged`), f32 outputs element by element.
@@ -41,6 +41,19 @@
 // of two CTAs over pairs of token tiles, each copying half of the shared weight tile to both by
 // a multicast tensor copy and releasing stages on both CTAs' mbarriers: 228-260 TFLOP/s against
 // this kernel's 476-558 in the same call, though ncu had shown its L2 throughput at 62-71%.
+// Session 15 (branch c2-probe): the half speed was the consumers' `mbarrier.arrive.release
+// .cluster` on the peer's `empty` (with the instruction's default semantics the pair ran
+// 470-556, without multicast 474-507, independent CTAs launched as pairs 462-501: all equal to
+// the single CTA of that build, 477-560). Multicast gained nothing, so L2 bandwidth is not this
+// kernel's wall. That build's single CTA (the same loop, templated on the cluster size) ran
+// 15-18% below HEAD's (564-659, same call), its SASS different throughout the k loop (the
+// tile walk's values in regular rather than uniform registers, among others). Compare the SASS
+// of a change here with the previous build's (tools/kernel_regs.py --sass) before timing it.
+// Also session 15, measured and dropped: gate, up and their SwiGLU in one launch (tiles of 64
+// features of both weights, warpgroup 0 gate, 1 up, act from the staged gate and up read back):
+// bit-equal to the three launches (tests/cuda_fused.rs at 128 and 2,048 rows) but served
+// prefill 2,048 29.2k / 29.1k tok/s against 30.3k / 30.6k unfused (8,192: 22.1k / 21.7k vs
+// 22.9k / 22.2k): the longer epilogue cost more than the `swiglu` kernel it saved.
 //
 // Everything here compiles to nothing below sm_90a (the host never picks it there).
 
@@ -66,9 +79,25 @@ struct __align__(64) WsMap {
 
 #define WS_BM 128
 #define WS_BN 128
+// TF_WS_KT: k a stage, 128 (default: 3 stages of two 64-k sub-tiles an operand, each its own
+// tensor copy, so a consumer's wgmma group covers 128 k and the wait that ends each group,
+// ncu's top stall at 64 (31% of the samples, session 15), comes half as often) or 64 (a
+// measurement knob: 6 stages). Speed only: the same k16 steps in the same order, folds where
+// the slices end. H200, session 15, same call, TFLOP/s at 2,048 rows 64 -> 128: 4096 x 4096
+// 570 -> 585, 1024 x 4096 450 -> 481, 6144 x 4096 573 -> 586, 14336 x 4096 602 -> 622,
+// 4096 x 14336 665 -> 695; `TF_WS_DEPTH=2` at 64: 578 / 486 / 581 / 611 / 678.
+#ifndef TF_WS_KT
+#define TF_WS_KT 128
+#endif
+#if TF_WS_KT == 128
+#define WS_STAGES 3
+#else
 #define WS_STAGES 6
-#define WS_A_BYTES (WS_BM * 128)
-#define WS_B_BYTES (WS_BN * 128)
+#endif
+// A stage's 64-k sub-tile of an operand (128 rows x 128 bytes), and its whole tiles.
+#define WS_SUB (WS_BM * 128)
+#define WS_A_BYTES (WS_SUB * (TF_WS_KT / 64))
+#define WS_B_BYTES (WS_SUB * (TF_WS_KT / 64))
 #define WS_STAGE (WS_A_BYTES + WS_B_BYTES)
 // The bf16 epilogue's staging: a consumer warpgroup's 128 tokens x 64 features, 128-byte rows.
 #define WS_EPI_BYTES (WS_BN * 128)
@@ -100,9 +129,9 @@ struct WsGrid {
     u32 stage_out;           // the consumers' epilogue staging (WS_EPI_BYTES each)
 };
 
-// The copy warp (its thread 0 issues): for every 64-k tile of this CTA's tiles, a free stage,
-// armed with the bytes to come (both 16 KiB tiles, zero-filled by the tensor copies past n,
-// rows and K), then the two copies.
+// The copy warp (its thread 0 issues): for every stage's k tile of this CTA's tiles, a free
+// stage, armed with the bytes to come (the 16 KiB sub-tiles of both operands, zero-filled by
+// the tensor copies past n, rows and K), then the copies.
 __device__ __forceinline__ void ws_copy(const WsGrid& G, const WsMap& wmap, const WsMap& xmap) {
     const u32 t = threadIdx.x;
     u32 it = 0;
@@ -115,8 +144,12 @@ __device__ __forceinline__ void ws_copy(const WsGrid& G, const WsMap& wmap, cons
             const u32 full = G.full + 8 * s, sa = G.sbase + s * WS_STAGE;
             if (t == 0) {
                 mbar_expect_at(full, WS_A_BYTES + WS_B_BYTES);
-                ws_tensor_copy(sa, wmap, kt * 64, fi * WS_BM, full);
-                ws_tensor_copy(sa + WS_A_BYTES, xmap, kt * 64, ti * WS_BN, full);
+#pragma unroll
+                for (u32 j = 0; j < TF_WS_KT / 64; j++) {
+                    const u32 kx = kt * TF_WS_KT + 64 * j;
+                    ws_tensor_copy(sa + j * WS_SUB, wmap, kx, fi * WS_BM, full);
+                    ws_tensor_copy(sa + WS_A_BYTES + j * WS_SUB, xmap, kx, ti * WS_BN, full);
+                }
             }
         }
     }
@@ -130,21 +163,22 @@ struct WsChain {
     int pending;   // the stage whose wgmmas may still run, -1 for none
 };
 
-// One 64-k tile (ring position `it`) of a consumer warpgroup whose 64 weight rows start at
-// byte `aoff` of the stage: 2 super-steps of 2 wgmma each, folds at slice ends, then the stage
-// whose group has completed released.
+// One stage's k tile (ring position `it`) of a consumer warpgroup whose 64 weight rows start
+// at byte `aoff` of each sub-tile: TF_WS_KT / 32 super-steps of 2 wgmma each, folds at slice
+// ends, then the stage whose group has completed released.
 __device__ __forceinline__ void ws_tile_k(const WsGrid& G, WsChain& ch, u32 it, u32 kt, u32 aoff,
                                           u32 slice_len) {
     const u32 s = it % WS_STAGES, ph = (it / WS_STAGES) & 1;
     mbar_wait_parity(G.full + 8 * s, ph);
     const u32 sa = G.sbase + s * WS_STAGE + aoff, sb = G.sbase + s * WS_STAGE + WS_A_BYTES;
 #pragma unroll
-    for (u32 h = 0; h < 2; h++) {
-        const u32 k0 = kt * 64 + 32 * h;
+    for (u32 h = 0; h < TF_WS_KT / 32; h++) {
+        const u32 k0 = kt * TF_WS_KT + 32 * h;
         if (k0 >= G.k) break;
         wg_fence();
-        wgmma_n128(ch.acc, wg_desc(sa + 64 * h), wg_desc(sb + 64 * h));
-        wgmma_n128(ch.acc, wg_desc(sa + 64 * h + 32), wg_desc(sb + 64 * h + 32));
+        const u32 o = (h >> 1) * WS_SUB + 64 * (h & 1);
+        wgmma_n128(ch.acc, wg_desc(sa + o), wg_desc(sb + o));
+        wgmma_n128(ch.acc, wg_desc(sa + o + 32), wg_desc(sb + o + 32));
         if (k0 + 32 == ch.next_end || k0 + 32 >= G.k) {  // a slice ends: fold its partial in
             wg_commit();
             wg_wait<0>();
@@ -279,7 +313,7 @@ __device__ __forceinline__ void ws_body(const WsMap& wmap, const WsMap& xmap,
     G.rows = rows;
     G.tf = (n + WS_BM - 1) / WS_BM;
     G.tt = (rows + WS_BN - 1) / WS_BN;
-    G.ktiles = (k + 63) / 64;
+    G.ktiles = (k + TF_WS_KT - 1) / TF_WS_KT;
     G.sbase = (raw + 1023) & ~1023u;
     G.full = G.sbase + WS_STAGES * WS_STAGE;
     G.empty = G.full + 8 * WS_STAGES;

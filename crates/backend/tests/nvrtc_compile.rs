@@ -107,7 +107,7 @@ fn every_kernel_family_compiles_for_sm80_sm89_sm90a() {
     // TF_SPLIT's other values take other decode code (V in K's buffers at 4 tiles a split), and
     // TF_DEC_TMA=0 the cp.async loads.
     let sets = [
-        "TF_PREWAIT=0 TF_EARLY_TRIGGER=0 TF_D8_U=2 TF_NT_U=4 TF_ATTN_TRACE=1 TF_SPLIT_LOOP=1 TF_SPLIT=64 TF_WS_DEPTH=2 TF_WS_GROUP=16",
+        "TF_PREWAIT=0 TF_EARLY_TRIGGER=0 TF_D8_U=2 TF_NT_U=4 TF_ATTN_TRACE=1 TF_SPLIT_LOOP=1 TF_SPLIT=64 TF_WS_DEPTH=2 TF_WS_GROUP=16 TF_WS_KT=64",
         "TF_SPLIT=256 TF_DEC_TMA=0 TF_ATTN_DB=0 TF_VEC16=0",
         "TF_SPLIT=256 TF_SPLIT_LOOP=1",
         "TF_DEC_TMA=0 TF_GROUP_MINB=1 TF_X_DIRECT=0 TF_REGROUP_ONCE=1",

@@ -62,19 +62,21 @@ pub(crate) const LINEAR_WG_M192: TiledShape = wg_shape_of("linear_bf16_wg_m192",
 pub(crate) const WG_SHAPES: [TiledShape; 2] = [LINEAR_WG, LINEAR_WG_M192];
 
 /// `linear_bf16_ws` (gemm90ws.cu): persistent CTAs of a copy warpgroup and two wgmma
-/// warpgroups over 128 x 128 tiles, 6 stages of (128 + 128) rows x 64 k, their 12 mbarriers,
-/// the two consumers' epilogue staging (128 tokens x 128 bytes each) and 1 KiB of alignment
-/// slack (`WS_SMEM`). `features`/`tokens` are its tile.
+/// warpgroups over 128 x 128 tiles, 3 stages of (128 + 128) rows x 128 k, their mbarriers
+/// (sized for the 6 of the `TF_WS_KT=64` knob, the same ring in 64-k stages), the two
+/// consumers' epilogue staging (128 tokens x 128 bytes each) and 1 KiB of alignment slack
+/// (`WS_SMEM`). `features`/`tokens` are its tile.
 pub(crate) const LINEAR_WS: TiledShape = TiledShape {
     name: "linear_bf16_ws",
     features: WS_TILE,
     tokens: WS_TILE,
     threads: 384,
-    smem: (WS_STAGES * 2 * WS_TILE * 128 + 2 * WS_STAGES * 8 + 2 * WS_TILE * 128 + 1024) as u32,
+    smem: (WS_STAGES * 2 * WS_TILE * 2 * WS_KT + 2 * 6 * 8 + 2 * WS_TILE * 128 + 1024) as u32,
 };
-/// gemm90ws.cu's `WS_BM` = `WS_BN` and `WS_STAGES`.
+/// gemm90ws.cu's `WS_BM` = `WS_BN`, `TF_WS_KT` and `WS_STAGES`.
 const WS_TILE: usize = 128;
-const WS_STAGES: usize = 6;
+const WS_KT: usize = 128;
+const WS_STAGES: usize = 3;
 // One CTA an SM: 227 KiB of shared memory a block on sm_90.
 const _: () = assert!(LINEAR_WS.smem <= 227 * 1024);
 /// The row gather for calls the input's map cannot take directly (16 bytes a thread).
@@ -226,7 +228,9 @@ mod tests {
     #[test]
     fn the_ws_shape_mirrors_the_kernel_source() {
         let src = include_str!("../../kernels/gemm90ws.cu");
-        for (name, v) in [("WS_BM", WS_TILE), ("WS_BN", WS_TILE), ("WS_STAGES", WS_STAGES)] {
+        let defs =
+            [("WS_BM", WS_TILE), ("WS_BN", WS_TILE), ("TF_WS_KT", WS_KT), ("WS_STAGES", WS_STAGES)];
+        for (name, v) in defs {
             assert!(
                 src.contains(&format!("#define {name} {v}\n")),
                 "{name} is not {v} in gemm90ws.cu"
