@@ -4,56 +4,54 @@
 // mma.sync step's bits). Compiled in one unit after gemm90.cu, whose helpers it uses.
 //
 // linear_bf16's k16 steps are 16 consecutive k, so natural [row][64 k] tiles in the 128-byte
-// swizzle are wgmma's operands as they are: the weight tile (the M side) and the token tile
-// (the N side) each arrive by one 2-D tensor copy of the host's maps (the weight's, made per
-// call from its address; the input's, made per call too), zeros past n, past the call's rows
-// and past K. Each wgmma k16 step reads one step's 16 k of both.
-// Per element, as linear_bf16: super-steps of 32 k from k = 0, k >= K zeros, super-steps wholly
-// past K not run; the chain restarts from +0 at each slice start; `tot = acc` or `tot += acc` at
-// a slice end; each empty trailing slice adds +0.0; bias; one rounding. tests/cuda_wgmma.rs
-// compares it with linear_bf16 bit for bit.
+// swizzle are wgmma's operands as they are: the weight tile (the M side) and the token tile (the N
+// side) each arrive by one 2-D tensor copy of the host's maps (the weight's, made per call from
+// its address; the input's, made per call too), zeros past n, past the call's rows and past K.
+// Each wgmma k16 step reads one step's 16 k of both. Per element, as linear_bf16: super-steps of
+// 32 k from k = 0, k >= K zeros, super-steps wholly past K not run; the chain restarts from +0 at
+// each slice start; `tot = acc` or `tot += acc` at a slice end; each empty trailing slice adds
+// +0.0; bias; one rounding. tests/cuda_wgmma.rs compares it with linear_bf16 bit for bit.
 //
-// Launch (persistent): one CTA an SM walks tiles blockIdx.x, + gridDim.x, ... of 128 features
-// x 128 tokens (TF_WS_GROUP feature tiles at a time). Warpgroup 0 is the copy warpgroup
-// (registers given up with setmaxnreg; one thread issues): for each stage's k tile (TF_WS_KT,
-// 128) it waits for a free stage, arms the stage's `full` mbarrier with the bytes to come and
-// issues the tensor copies (two a 64-k sub-tile). Warpgroups 1 and 2 each own 64 features of
-// the tile: wait for `full`, issue TF_WS_KT / 16 wgmma m64n128k16 (SS), commit, and once the tile's group before has completed (TF_WS_DEPTH
-// groups in flight) release that stage on `empty`. A CTA's next tile's copies run while its
-// consumers store the last one: bf16 outputs by stmatrix into a staging area and then whole
-// 16-byte chunks of a token's features (`ws_store_staged`), f32 outputs element by element.
-// The staged epilogue (session 12, H200, same call): 392 -> 568 TFLOP/s at 4096 x 4096 and
-// 2,048 rows, 337 -> 452 at 1024 x 4096, 430 -> 600 at 14336 x 4096, 530 -> 659 at
-// 4096 x 14336; served prefill 2,048 / 8,192: 22,547 / 15,335 -> 25,916-26,557 / 16,695 tok/s.
-// ncu before it (q shape): tensor pipe active 38% of the time, the top stalls instruction
-// fetch and barrier waits; its 64 element stores a thread (half of each 32-byte sector used)
-// held both consumers away from the next tile. Branches between wgmmas are warp-uniform by
-// construction (role from a shuffle, arrivals predicated inside the asm): ptxas serializes the
-// wgmmas otherwise.
+// Launch (persistent): one CTA an SM walks tiles blockIdx.x, + gridDim.x, ... of 128 features x
+// 128 tokens (TF_WS_GROUP feature tiles at a time). Warpgroup 0 is the copy warpgroup (registers
+// given up with setmaxnreg; one thread issues): for each stage's k tile (TF_WS_KT, 128) it waits
+// for a free stage, arms the stage's `full` mbarrier with the bytes to come and issues the tensor
+// copies (two a 64-k sub-tile). Warpgroups 1 and 2 each own 64 features of the tile: wait for
+// `full`, issue TF_WS_KT / 16 wgmma m64n128k16 (SS), commit, and once the tile's group before has
+// completed (TF_WS_DEPTH groups in flight) release that stage on `empty`. A CTA's next tile's
+// copies run while its consumers store the last one: bf16 outputs by stmatrix into a staging area
+// and then whole 16-byte chunks of a token's features (`ws_store_staged`), f32 outputs element by
+// element. The staged epilogue (session 12, H200, same call): 392 -> 568 TFLOP/s at 4096 x 4096
+// and 2,048 rows, 337 -> 452 at 1024 x 4096, 430 -> 600 at 14336 x 4096, 530 -> 659 at 4096 x
+// 14336; served prefill 2,048 / 8,192: 22,547 / 15,335 -> 25,916-26,557 / 16,695 tok/s. ncu before
+// it (q shape): tensor pipe active 38% of the time, the top stalls instruction fetch and barrier
+// waits; its 64 element stores a thread (half of each 32-byte sector used) held both consumers
+// away from the next tile. Branches between wgmmas are warp-uniform by construction (role from a
+// shuffle, arrivals predicated inside the asm): ptxas serializes the wgmmas otherwise.
 //
 // History (H200, docs/bench/2026-12-02-h200.md): under the earlier definition (step e of a
-// super-step took {k0 + 8c + 4e + 0..3 : c}) this kernel took the weights as the wgmma's
-// register operand (each lane's ld.shared.v4 was linear_bf16's lane load) and the activations
-// from an image packed by an extra kernel: 230-451 TFLOP/s at 2,048 rows, packing included,
-// ncu showing a third of the issue stalls on instruction fetch. Dropped then, same bits: the
-// weight tile by one 1-D bulk copy a 128-byte row (50-66 TFLOP/s) and by 16-byte cp.async
-// from the copy warpgroup (131-310). Session 14 (bit-equal, dropped, commit 5ad7563): clusters
-// of two CTAs over pairs of token tiles, each copying half of the shared weight tile to both by
-// a multicast tensor copy and releasing stages on both CTAs' mbarriers: 228-260 TFLOP/s against
-// this kernel's 476-558 in the same call, though ncu had shown its L2 throughput at 62-71%.
-// Session 15 (branch c2-probe): the half speed was the consumers' `mbarrier.arrive.release
-// .cluster` on the peer's `empty` (with the instruction's default semantics the pair ran
-// 470-556, without multicast 474-507, independent CTAs launched as pairs 462-501: all equal to
-// the single CTA of that build, 477-560). Multicast gained nothing, so L2 bandwidth is not this
-// kernel's wall. That build's single CTA (the same loop, templated on the cluster size) ran
-// 15-18% below HEAD's (564-659, same call), its SASS different throughout the k loop (the
-// tile walk's values in regular rather than uniform registers, among others). Compare the SASS
-// of a change here with the previous build's (tools/kernel_regs.py --sass) before timing it.
-// Also session 15, measured and dropped: gate, up and their SwiGLU in one launch (tiles of 64
-// features of both weights, warpgroup 0 gate, 1 up, act from the staged gate and up read back):
-// bit-equal to the three launches (tests/cuda_fused.rs at 128 and 2,048 rows) but served
-// prefill 2,048 29.2k / 29.1k tok/s against 30.3k / 30.6k unfused (8,192: 22.1k / 21.7k vs
-// 22.9k / 22.2k): the longer epilogue cost more than the `swiglu` kernel it saved.
+// super-step took {k0 + 8c + 4e + 0..3 : c}) this kernel took the weights as the wgmma's register
+// operand (each lane's ld.shared.v4 was linear_bf16's lane load) and the activations from an image
+// packed by an extra kernel: 230-451 TFLOP/s at 2,048 rows, packing included, ncu showing a third
+// of the issue stalls on instruction fetch. Dropped then, same bits: the weight tile by one 1-D
+// bulk copy a 128-byte row (50-66 TFLOP/s) and by 16-byte cp.async from the copy warpgroup
+// (131-310). Session 14 (bit-equal, dropped, commit 5ad7563): clusters of two CTAs over pairs of
+// token tiles, each copying half of the shared weight tile to both by a multicast tensor copy and
+// releasing stages on both CTAs' mbarriers: 228-260 TFLOP/s against this kernel's 476-558 in the
+// same call, though ncu had shown its L2 throughput at 62-71%. Session 15 (5ad7563 restored with
+// knobs, measured, not landed): the half speed was the consumers'
+// `mbarrier.arrive.release.cluster` on the peer's `empty` (TFLOP/s at 2,048 rows on five shapes:
+// with the instruction's default semantics the pair ran 404-556, without multicast too 405-507,
+// independent CTAs launched as pairs 389-501, that build's single CTA 414-560). Multicast gained
+// nothing, so L2 bandwidth is not this kernel's wall. That build's single CTA (the same loop,
+// templated on the cluster size) ran 15-18% below HEAD's (564-659, same call), its SASS different
+// throughout the k loop (the tile walk's values in regular rather than uniform registers, among
+// others). Compare the SASS of a change here with the previous build's (tools/kernel_regs.py
+// --sass) before timing it. Also session 15, measured and dropped: gate, up and their SwiGLU in
+// one launch (tiles of 64 features of both weights, warpgroup 0 gate, 1 up, act from the staged
+// gate and up read back): bit-equal to the three launches (tests/cuda_fused.rs at 128 and 2,048
+// rows) but served prefill 2,048 29.2k / 29.1k tok/s against 30.3k / 30.6k unfused (8,192: 22.1k /
+// 21.7k vs 22.9k / 22.2k): the longer epilogue cost more than the `swiglu` kernel it saved.
 //
 // Everything here compiles to nothing below sm_90a (the host never picks it there).
 
