@@ -268,9 +268,10 @@ impl CudaBackend {
         static PDL_PREFILL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         let all = *PDL_PREFILL
             .get_or_init(|| std::env::var("TENSORFOLD_PDL_PREFILL").is_ok_and(|v| v == "1"));
-        self.pdl_step.store(all || rows <= GRAPH_MAX_ROWS, std::sync::atomic::Ordering::Relaxed);
+        let small = rows <= GRAPH_MAX_ROWS;
+        self.pdl_step.store(all || small, std::sync::atomic::Ordering::Relaxed);
         let mut g = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
-        if !g.disabled && fixed_meta && rows <= GRAPH_MAX_ROWS {
+        if !g.disabled && fixed_meta && small {
             g.begin();
         }
         Ok(())

@@ -63,15 +63,18 @@ pub(crate) const WG_SHAPES: [TiledShape; 2] = [LINEAR_WG, LINEAR_WG_M192];
 
 /// `linear_bf16_ws` (gemm90ws.cu): persistent CTAs of a copy warpgroup and two wgmma
 /// warpgroups over 128 x 128 tiles, 3 stages of (128 + 128) rows x 128 k, their mbarriers
-/// (sized for the 6 of the `TF_WS_KT=64` knob, the same ring in 64-k stages), the two
-/// consumers' epilogue staging (128 tokens x 128 bytes each) and 1 KiB of alignment slack
+/// (two a stage, counted in 64-k stages so the `TF_WS_KT=64` knob's 6 stages fit too), the
+/// two consumers' epilogue staging (128 tokens x 128 bytes each) and 1 KiB of alignment slack
 /// (`WS_SMEM`). `features`/`tokens` are its tile.
 pub(crate) const LINEAR_WS: TiledShape = TiledShape {
     name: "linear_bf16_ws",
     features: WS_TILE,
     tokens: WS_TILE,
     threads: 384,
-    smem: (WS_STAGES * 2 * WS_TILE * 2 * WS_KT + 2 * 6 * 8 + 2 * WS_TILE * 128 + 1024) as u32,
+    smem: (WS_STAGES * 2 * WS_TILE * 2 * WS_KT
+        + 2 * (WS_STAGES * WS_KT / 64) * 8
+        + 2 * WS_TILE * 128
+        + 1024) as u32,
 };
 /// gemm90ws.cu's `WS_BM` = `WS_BN`, `TF_WS_KT` and `WS_STAGES`.
 const WS_TILE: usize = 128;
