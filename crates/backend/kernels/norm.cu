@@ -14,17 +14,20 @@
 //! warp partials itself, in increasing order (thread 0's old sum, one barrier fewer).
 //! Measured (H200, llama3-8b, 2,048 rows, tests/cuda_norm_rope.rs, same run): add_rms_norm
 //! 36.4 us (was 37.8, 1.8 TB/s), rms_norm 29.8 us (was 29.1): the width was not the limit.
-//! The likely limit (not measured): one row a CTA of 1,024 threads, two CTAs an SM, so ~32 KiB in flight an SM and a
-//! load / reduce / store chain per row. Next lever: several rows a CTA with the next row's
-//! loads issued before this row's reduction (the block size stays T). Other calls (f32
-//! activations, larger groups) take the element path; `TF_VEC16=0` forces it (an A/B of one
-//! binary).
+//! Since 2026-12-03 the 16-byte path's block may have fewer real threads R than T (`vt` = T is
+//! a parameter; the host takes R = min(T, 256) in calls of 256 groups or more, R = T below):
+//! real warp w runs the sums of virtual warps w, w + R/32, ... (virtual thread 32 v + lane
+//! sums elements 32 v + lane, + T, ... in increasing order, then the same butterfly), and the
+//! warp partials are added in virtual-warp order: T's arithmetic exactly, with up to 8 CTAs
+//! an SM instead of 2 at T = 1,024 (one row a CTA, load / reduce / store). H200, 2,048 rows
+//! of 4,096: add_rms_norm 36.4 -> 25.1 us, rms_norm 29.8 -> 17.6 us (tests/cuda_norm_rope.rs,
+//! whose host emulation of T threads they equal bit for bit).
+//! The host picks the path (`ops::norm_launch`: bf16 everywhere, group % 8 == 0, group <=
+//! NORM_STAGE_MAX, 16-byte aligned buffers, `TF_VEC16` not 0) and passes it as `vec`; other
+//! calls (f32 activations, larger groups) take the element path with T real threads.
 //! Rejected: deriving T from anything but `group` (the sum order is part of the definition),
 //! and 8-byte chunks (one a thread at T = group / 4: more instructions, same bytes in flight).
 
-#ifndef TF_VEC16
-#define TF_VEC16 1
-#endif
 // Largest group the 16-byte path stages (32 KiB; `cuda/ops.rs` NORM_STAGE_MAX).
 #define NORM_STAGE_MAX 16384
 
@@ -57,15 +60,6 @@ __device__ __forceinline__ void rms_norm_finish(float sq, const void* src, int s
 
 // ---- 16-byte path ----
 
-__device__ __forceinline__ bool al16(const void* p) { return ((u64)p & 15) == 0; }
-
-// Whether a call takes the 16-byte path (the host sizes shared memory by the same test).
-__device__ __forceinline__ bool norm_vec(u32 group, bool bf16_only, const void* a, const void* b,
-                                         const void* c, const void* d) {
-    return TF_VEC16 && bf16_only && group % 8 == 0 && group <= NORM_STAGE_MAX && al16(a) &&
-           al16(b) && al16(c) && al16(d);
-}
-
 // Element j of 8 packed bf16.
 __device__ __forceinline__ float bf8_at(const uint4& v, int j) {
     const u32 w = j < 2 ? v.x : j < 4 ? v.y : j < 6 ? v.z : v.w;
@@ -78,22 +72,27 @@ __device__ __forceinline__ uint4 pack8(const float* f) {
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// r of the staged group: thread t sums x^2 of stage[t], stage[t+T], ... by fma in increasing
-// order (rms_norm_finish's `sq`), the butterfly, then every thread sums the warp partials in
+// r of the staged group for T = vt virtual threads (vt a multiple of 32, at most 1,024, of
+// blockDim.x): virtual thread t sums x^2 of stage[t], stage[t+T], ... by fma in increasing
+// order (rms_norm_finish's `sq`), the butterfly over its virtual warp (real warp w runs
+// virtual warps w, w + blockDim.x / 32, ...), then every thread sums the warp partials in
 // increasing order (the same adds thread 0 makes there). The caller's barrier made the stage
 // visible; warp_part is written once a launch, so no barrier follows the read.
-__device__ __forceinline__ float staged_r(const bf16* stage, u32 group, float eps) {
+__device__ __forceinline__ float staged_r(const bf16* stage, u32 group, float eps, u32 vt) {
     __shared__ float warp_part[32];
-    float sq = 0.0f;
-    for (u32 i = threadIdx.x; i < group; i += blockDim.x) {
-        const float v = bf2f(stage[i]);
-        sq = fmaf(v, v, sq);
+    const u32 lane = threadIdx.x & 31;
+    for (u32 vw = threadIdx.x >> 5; vw < (vt >> 5); vw += blockDim.x >> 5) {
+        float sq = 0.0f;
+        for (u32 i = 32 * vw + lane; i < group; i += vt) {
+            const float v = bf2f(stage[i]);
+            sq = fmaf(v, v, sq);
+        }
+        sq = warp_sum(sq);
+        if (lane == 0) warp_part[vw] = sq;
     }
-    sq = warp_sum(sq);
-    if ((threadIdx.x & 31) == 0) warp_part[threadIdx.x >> 5] = sq;
     __syncthreads();
     float s = warp_part[0];
-    for (u32 i = 1; i < (blockDim.x >> 5); i++) s += warp_part[i];
+    for (u32 i = 1; i < (vt >> 5); i++) s += warp_part[i];
     const float mean = s / (float)group;
     return 1.0f / sqrtf(mean + eps);
 }
@@ -125,11 +124,13 @@ __device__ __forceinline__ void staged_out(const uint4* stage, const float4* __r
     }
 }
 
+// `vec`: the host's choice of the 16-byte path (blockDim.x <= vt threads); otherwise
+// blockDim.x == vt.
 extern "C" __global__ void __launch_bounds__(1024) rms_norm(
     const void* x, int x_f32, const float* __restrict__ w, void* out, int out_f32, u32 group,
-    float eps) {
+    float eps, u32 vt, int vec) {
     const u64 base = (u64)blockIdx.x * group;
-    if (norm_vec(group, !x_f32 && !out_f32, x, out, w, 0)) {
+    if (vec) {
         extern __shared__ uint4 stage[];
         const u32 chunks = group / 8, t = threadIdx.x;
         const float4* w4 = (const float4*)w;
@@ -141,7 +142,7 @@ extern "C" __global__ void __launch_bounds__(1024) rms_norm(
         const uint4* src = (const uint4*)((const bf16*)x + base);
         for (u32 c = t; c < chunks; c += blockDim.x) stage[c] = src[c];
         __syncthreads();
-        const float r = staged_r((const bf16*)stage, group, eps);
+        const float r = staged_r((const bf16*)stage, group, eps, vt);
         staged_out(stage, w4, (uint4*)((bf16*)out + base), chunks, r, w0, w1);
         return;
     }
@@ -157,7 +158,7 @@ extern "C" __global__ void __launch_bounds__(1024) rms_norm(
 
 // add_rms_norm: acc = bf16(acc + x) in place (the `add` kernel's formula), then rms_norm of
 // the sum into `out`, exactly as the kernel above (same block size from `group`, same sum
-// order). 16-byte path: thread t adds, stores and stages its chunks t, t+T, ...; only it ever
+// order). 16-byte path: thread t adds, stores and stages its chunks t, t+R, ... (R = blockDim.x); only it ever
 // touches those chunks of `acc`, so the in-place update is race-free; the sums of squares and
 // the output read the stage. Element path: thread t writes the sums of its elements t, t+T,
 // ... and later reads back only those same elements, so the in-place update needs no barrier
@@ -165,10 +166,10 @@ extern "C" __global__ void __launch_bounds__(1024) rms_norm(
 // loaded: a chain of dependent global round trips, ~5 us a 4,096 row on the H200.)
 extern "C" __global__ void __launch_bounds__(1024) add_rms_norm(
     void* acc, int acc_f32, const void* x, int x_f32, const float* __restrict__ w, void* out,
-    int out_f32, u32 group, float eps) {
+    int out_f32, u32 group, float eps, u32 vt, int vec) {
     const u64 base = (u64)blockIdx.x * group;
     const u32 T = blockDim.x;
-    if (norm_vec(group, !acc_f32 && !x_f32 && !out_f32, acc, x, out, w)) {
+    if (vec) {
         extern __shared__ uint4 stage[];
         const u32 chunks = group / 8, t = threadIdx.x;
         const float4* w4 = (const float4*)w;
@@ -189,7 +190,7 @@ extern "C" __global__ void __launch_bounds__(1024) add_rms_norm(
             stage[c] = sv;
         }
         __syncthreads();
-        const float r = staged_r((const bf16*)stage, group, eps);
+        const float r = staged_r((const bf16*)stage, group, eps, vt);
         staged_out(stage, w4, (uint4*)((bf16*)out + base), chunks, r, w0, w1);
         return;
     }

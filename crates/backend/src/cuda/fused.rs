@@ -84,7 +84,8 @@ pub(crate) fn add_rms_norm(be: &CudaBackend, a: AddNormArgs<'_, CudaBackend>) ->
         let (wp, op, of) = (dptr(&a.weight.buf, s), dptr(&a.out.buf, s), a.out.is_f32());
         let (g32, eps) = (to_u32("add_rms_norm", "group", group)?, a.eps);
         let grid = to_u32("add_rms_norm", "groups", blocks)?;
-        let args: [KArg; 9] = [
+        let (cfg, [vt, vec]) = ops::norm_launch(grid, group, af + xf + of == 0, &[ap, xp, wp, op]);
+        let args: [KArg; 11] = [
             ap.into(),
             af.into(),
             xp.into(),
@@ -94,8 +95,10 @@ pub(crate) fn add_rms_norm(be: &CudaBackend, a: AddNormArgs<'_, CudaBackend>) ->
             of.into(),
             g32.into(),
             eps.into(),
+            vt,
+            vec,
         ];
-        be.launch("add_rms_norm", ops::norm_cfg(grid, group), &args)?;
+        be.launch("add_rms_norm", cfg, &args)?;
     }
     a.out.rows = rows;
     Ok(())

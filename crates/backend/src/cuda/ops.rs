@@ -11,7 +11,7 @@ use tf_checkpoint::spec::RopeStyle;
 use tf_checkpoint::TensorView;
 
 use super::tensor::{dptr, plan_weight, CudaBatch, CudaTensor, CudaWeight, WeightKind};
-use super::{drv, CudaBackend};
+use super::{drv, CudaBackend, KArg};
 use crate::error::{BackendError, Result};
 use crate::{ActDType, NormArgs, RopeArgs};
 
@@ -85,17 +85,45 @@ pub(crate) fn norm_threads(group: usize) -> u32 {
 
 /// Largest group norm.cu's 16-byte path stages in shared memory (its `NORM_STAGE_MAX`).
 const NORM_STAGE_MAX: usize = 16384;
+/// Most real threads of the 16-byte path's block in calls of at least NORM_MANY_GROUPS
+/// groups: it runs `norm_threads(group)` virtual ones (norm.cu `staged_r`), so more rows are
+/// in flight an SM at the same arithmetic (H200, 2,048 rows of 4,096: add_rms_norm 36.4 ->
+/// 25.1 us, rms_norm 29.8 -> 17.6). Smaller calls (decode steps, whose one row is a chain of
+/// dependent loads and sums) keep one real thread a virtual one.
+const NORM_VEC_THREADS: u32 = 256;
+const NORM_MANY_GROUPS: u32 = 256;
 
-/// The launch of a norm kernel over `blocks` groups: `norm_threads(group)` threads, and the
-/// bytes of the group's bf16 stage when the 16-byte path may take it (the kernel makes the
-/// same test, plus dtypes and alignment; an unused stage changes no value).
-pub(crate) fn norm_cfg(blocks: u32, group: usize) -> LaunchConfig {
-    let stage = group.is_multiple_of(8) && group <= NORM_STAGE_MAX;
-    LaunchConfig {
+/// The launch of a norm kernel over `blocks` groups, and its last two arguments (`vt`, `vec`).
+/// The 16-byte path (`vec`) takes calls whose tensors are all bf16 (`bf16_only`) and whose
+/// buffers `ptrs` are 16-byte aligned, with group % 8 == 0 and group <= NORM_STAGE_MAX, unless
+/// `TF_VEC16=0` (TENSORFOLD_KERNEL_DEFINES, an A/B switch): the group's bf16 stage, and at
+/// most NORM_VEC_THREADS threads when the call has many groups. Otherwise `norm_threads(group)` threads, no stage. Either way
+/// the sum order is that of `norm_threads(group)` threads: the choice changes no value.
+pub(crate) fn norm_launch(
+    blocks: u32,
+    group: usize,
+    bf16_only: bool,
+    ptrs: &[u64],
+) -> (LaunchConfig, [KArg; 2]) {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let off =
+        *OFF.get_or_init(|| super::compile::kernel_define("TF_VEC16").as_deref() == Some("0"));
+    let vt = norm_threads(group);
+    let vec = !off
+        && bf16_only
+        && group.is_multiple_of(8)
+        && group <= NORM_STAGE_MAX
+        && ptrs.iter().all(|p| p % 16 == 0);
+    let cfg = LaunchConfig {
         grid_dim: (blocks, 1, 1),
-        block_dim: (norm_threads(group), 1, 1),
-        shared_mem_bytes: if stage { 2 * group as u32 } else { 0 },
-    }
+        block_dim: (
+            if vec && blocks >= NORM_MANY_GROUPS { vt.min(NORM_VEC_THREADS) } else { vt },
+            1,
+            1,
+        ),
+        shared_mem_bytes: if vec { 2 * group as u32 } else { 0 },
+    };
+    (cfg, [vt.into(), (vec as i32).into()])
 }
 
 pub(crate) fn rms_norm(be: &CudaBackend, a: NormArgs<'_, CudaBackend>) -> Result<()> {
@@ -120,11 +148,10 @@ pub(crate) fn rms_norm(be: &CudaBackend, a: NormArgs<'_, CudaBackend>) -> Result
         );
         let (g32, eps) = (to_u32("rms_norm", "group", group)?, a.eps);
         let grid = to_u32("rms_norm", "groups", blocks)?;
-        be.launch(
-            "rms_norm",
-            norm_cfg(grid, group),
-            &[xp.into(), xf.into(), wp.into(), op.into(), of.into(), g32.into(), eps.into()],
-        )?;
+        let (cfg, [vt, vec]) = norm_launch(grid, group, xf + of == 0, &[xp, wp, op]);
+        let args = [xp.into(), xf.into(), wp.into(), op.into(), of.into(), g32.into(), eps.into()];
+        let [a0, a1, a2, a3, a4, a5, a6] = args;
+        be.launch("rms_norm", cfg, &[a0, a1, a2, a3, a4, a5, a6, vt, vec])?;
     }
     a.out.rows = rows;
     Ok(())
@@ -266,4 +293,32 @@ pub(crate) fn read_f32(be: &CudaBackend, t: &CudaTensor, rows: usize) -> Result<
             host.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (threads, shared bytes, vt, vec) of a norm launch.
+    fn shape(blocks: u32, group: usize, bf16: bool, ptrs: &[u64]) -> (u32, u32, u32, i32) {
+        let (cfg, [vt, vec]) = norm_launch(blocks, group, bf16, ptrs);
+        let (KArg::U32(vt), KArg::I32(vec)) = (vt, vec) else { panic!("vt u32, vec i32") };
+        (cfg.block_dim.0, cfg.shared_mem_bytes, vt, vec)
+    }
+
+    #[test]
+    fn norm_launch_keeps_the_definitions_threads_and_picks_the_path() {
+        let al = [0x1000u64, 0x2010, 0x3020];
+        // Many groups: 256 real threads run the definition's 1,024 (vt), with the stage.
+        assert_eq!(shape(2048, 4096, true, &al), (256, 8192, 1024, 1));
+        // A decode row: one real thread a virtual one.
+        assert_eq!(shape(1, 4096, true, &al), (1024, 8192, 1024, 1));
+        // T below 256 is never split; vt is always norm_threads(group).
+        assert_eq!(shape(4096, 576, true, &al), (256, 1152, 256, 1));
+        assert_eq!(shape(4096, 128, true, &al), (32, 256, 32, 1));
+        // The element path (f32, misaligned, group % 8 != 0) launches T threads, no stage.
+        assert_eq!(shape(2048, 4096, false, &al), (1024, 0, 1024, 0));
+        assert_eq!(shape(2048, 4096, true, &[0x1000, 0x2008]), (1024, 0, 1024, 0));
+        assert_eq!(shape(2048, 4100, true, &al), (1024, 0, 1024, 0));
+    }
 }
