@@ -153,6 +153,16 @@ __device__ __forceinline__ void ws_copy(const WsGrid& G, const WsMap& wmap, cons
     }
 }
 
+// TF_WS_FOLD: 1 (default) folds a slice's partial after the wait that ends a stage, outside
+// the stage's wgmma loop, for calls whose K and slice length are multiples of TF_WS_KT (every
+// llama-family shape; others take ws_tile_k): the stage's 8 wgmmas then follow one
+// wgmma.fence with no branch between them. With the fold inside the loop (0, a measurement
+// knob) ptxas closes a wgmma group after every pair and puts a WARPGROUP.ARRIVE before the
+// next (SASS, session 16). The same adds on the same values in the same order.
+#ifndef TF_WS_FOLD
+#define TF_WS_FOLD 1
+#endif
+
 // A consumer's running state over one tile's K.
 struct WsChain {
     float acc[64], tot[64];
@@ -257,6 +267,42 @@ __device__ __forceinline__ void ws_store_staged(const WsGrid& G, u32 cw, u32 stg
     }
 }
 
+// ws_tile_k for K and slice_len multiples of TF_WS_KT: the stage's wgmmas without a branch,
+// the wait, the stage released, then the fold when the stage ends a slice (or K). With
+// TF_WS_DEPTH=2 a stage that ends no slice waits only for the previous stage's group and
+// releases that stage; a fold waits for everything.
+__device__ __forceinline__ void ws_tile_k_even(const WsGrid& G, WsChain& ch, u32 it, u32 kt,
+                                               u32 aoff, u32 slice_len) {
+    const u32 s = it % WS_STAGES, ph = (it / WS_STAGES) & 1;
+    mbar_wait_parity(G.full + 8 * s, ph);
+    const u32 sa = G.sbase + s * WS_STAGE + aoff, sb = G.sbase + s * WS_STAGE + WS_A_BYTES;
+    wg_fence();
+#pragma unroll
+    for (u32 h = 0; h < TF_WS_KT / 32; h++) {
+        const u32 o = (h >> 1) * WS_SUB + 64 * (h & 1);
+        wgmma_n128(ch.acc, wg_desc(sa + o), wg_desc(sb + o));
+        wgmma_n128(ch.acc, wg_desc(sa + o + 32), wg_desc(sb + o + 32));
+    }
+    wg_commit();
+    const bool lead = (threadIdx.x & 31) == 0;
+    const bool fold = (kt + 1) * TF_WS_KT == ch.next_end || (kt + 1) * TF_WS_KT == G.k;
+    if (TF_WS_DEPTH >= 2 && !fold) {
+        wg_wait<1>();  // the previous stage's group is complete: its stage is free
+        ws_mbar_arrive_if(G.empty + 8 * ch.pending, ch.pending >= 0 && lead);
+        ch.pending = (int)s;
+        return;
+    }
+    wg_wait<0>();
+    ws_mbar_arrive_if(G.empty + 8 * ch.pending, ch.pending >= 0 && lead);
+    ch.pending = -1;
+    ws_mbar_arrive_if(G.empty + 8 * s, lead);
+    if (fold) {
+        wg_fold<64>(ch.acc, ch.tot, ch.first);
+        ch.first = false;
+        ch.next_end += slice_len;
+    }
+}
+
 // A consumer warpgroup (cw = 0, 1: features 64 cw .. of each tile).
 __device__ __forceinline__ void ws_consume(const WsGrid& G, u32 cw, const float* __restrict__ bias,
                                            void* out, int out_mode, u32 slice_len, u32 slices) {
@@ -274,7 +320,13 @@ __device__ __forceinline__ void ws_consume(const WsGrid& G, u32 cw, const float*
         ch.first = true;
         ch.next_end = slice_len;
         ch.pending = -1;
-        for (u32 kt = 0; kt < G.ktiles; kt++) ws_tile_k(G, ch, it++, kt, cw * 64 * 128, slice_len);
+        if (TF_WS_FOLD && G.k % TF_WS_KT == 0 && slice_len % TF_WS_KT == 0) {
+            for (u32 kt = 0; kt < G.ktiles; kt++)
+                ws_tile_k_even(G, ch, it++, kt, cw * 64 * 128, slice_len);
+        } else {
+            for (u32 kt = 0; kt < G.ktiles; kt++)
+                ws_tile_k(G, ch, it++, kt, cw * 64 * 128, slice_len);
+        }
         wg_wait<0>();
         ws_mbar_arrive_if(G.empty + 8 * ch.pending, ch.pending >= 0 && lane == 0);
         // Empty trailing slices: linear_bf16 adds their +0.0 partials (turns a -0.0 into +0.0).
