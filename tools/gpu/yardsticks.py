@@ -57,6 +57,9 @@ def main():
     x = torch.empty(2 * 1024**3, dtype=torch.bfloat16, device=dev)
     y = torch.empty_like(x)
     res["copy_TBps"] = 2 * x.numel() * 2 / timed(lambda: y.copy_(x), 10, 2) / 1e12
+    # Read alone (a sum of the same 4 GiB): the rate a weight-streaming decode product could
+    # reach, beside the copy's read + write.
+    res["read_TBps"] = x.numel() * 2 / timed(lambda: x.sum(dtype=torch.float32), 10, 2) / 1e12
     del x, y
     layer = shapes(cfg)
     h, v, layers = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
@@ -64,6 +67,16 @@ def main():
     res["layers"] = layers
     res["weight_bytes_read_per_token"] = read
     res["roofline_tok_s"] = res["copy_TBps"] * 1e12 / read
+    # cuBLAS at one row (a decode product) on each shape, 8 copies of the weight in turn so L2
+    # holds none of them: bytes of weight read / time.
+    res["gemv_TBps"] = {}
+    for name, n, k in layer + [("lm_head", v, h)]:
+        xa = torch.randn(1, k, dtype=torch.bfloat16, device=dev)
+        ws = [torch.randn(n, k, dtype=torch.bfloat16, device=dev) for _ in range(8 if n * k < 2**28 else 2)]
+        it = iter(range(10**9))
+        s = timed(lambda: xa @ ws[next(it) % len(ws)].t(), 40, 4)
+        res["gemv_TBps"][name] = n * k * 2 / s / 1e12
+        del xa, ws
     res["gemm"] = {}
     for t in [int(s) for s in a.tokens.split(",") if s]:
         rows, flops, secs = [], 0.0, 0.0

@@ -20,6 +20,9 @@
 #ifndef TF_VEC16
 #define TF_VEC16 1
 #endif
+#ifndef TF_ROPE_EARLY
+#define TF_ROPE_EARLY 0
+#endif
 
 extern "C" __global__ void __launch_bounds__(256) rope(
     void* x, int x_f32, const bf16* __restrict__ table, const u32* __restrict__ positions,
@@ -71,12 +74,21 @@ extern "C" __global__ void __launch_bounds__(256) rope_kv_store(
     const u32* __restrict__ positions, u32 heads, u32 kvh, u32 hd, int interleaved,
     bf16* __restrict__ pool, const u32* __restrict__ row_table, const u32* __restrict__ tables,
     u32 bstride, u32 loff, u32 bs) {
-    pdl_wait();
-    pdl_launch();
+    // TF_ROPE_EARLY=1: the row's position and block come from the step's metadata, which the
+    // host wrote before the step's first kernel and no kernel writes, so they may be read
+    // before the wait (as attention's DEC_EARLY does). Speed only; a measurement knob.
+    if (!TF_ROPE_EARLY) {
+        pdl_wait();
+        pdl_launch();
+    }
     const u32 r = blockIdx.x, half = hd / 2;
     const u32 pos = positions[r];
     const bf16* t = table + (u64)pos * hd;
     const u64 blk = tables[row_table[r] + pos / bs];
+    if (TF_ROPE_EARLY) {
+        pdl_wait();
+        pdl_launch();
+    }
     const u32 slot = pos % bs;
     const u64 plane = (u64)kvh * bs * hd;
     const u64 kp = (blk * bstride + loff) * 2 * plane;  // kv.cu's layout

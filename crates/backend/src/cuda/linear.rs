@@ -26,6 +26,18 @@ use crate::ActDType;
 /// Warps wanted in flight per product on a large GPU: enough to stream weights at full
 /// bandwidth on a decode row (132 SMs x 16 warps on an H100/H200).
 const TARGET_WARPS: usize = 2048;
+/// [`TARGET_WARPS`], or `TENSORFOLD_LINEAR_WARPS` (a measurement knob: it changes every GPU
+/// product's K split, so every GPU result's bits, the same way on every path of a process).
+/// H200, 2026-12-03, bench decode (tok/s, one call): 193-202 at 2,048 (two runs), 197 at
+/// 4,096, 182-189 at 1,024, 179 at 8,192. Prefill products (`linear_bf16_ws`, 2,048 rows)
+/// run faster with fewer slices: 4096 x 4096 605 -> 628 TFLOP/s at 512, 517 at 8,192.
+fn target_warps() -> usize {
+    static W: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *W.get_or_init(|| {
+        let v = std::env::var("TENSORFOLD_LINEAR_WARPS").ok();
+        v.and_then(|v| v.parse().ok()).filter(|&w: &usize| w > 0).unwrap_or(TARGET_WARPS)
+    })
+}
 /// Shortest K slice worth a warp (8 super-steps of 32).
 const MIN_SLICE: usize = 256;
 /// The K split of a weight `(n, k)`: `(slices, slice_len)`. Slices are a power of two, at
@@ -33,7 +45,7 @@ const MIN_SLICE: usize = 256;
 /// `MIN_SLICE`; `slice_len` is a multiple of 32. Keyed by the shape only, never the rows.
 pub fn k_split(n: usize, k: usize) -> (u32, u32) {
     let tiles = n.div_ceil(16).max(1);
-    let want = TARGET_WARPS.div_ceil(tiles).next_power_of_two();
+    let want = target_warps().div_ceil(tiles).next_power_of_two();
     let cap = prev_power_of_two((k / MIN_SLICE).max(1));
     let slices = want.min(cap).min(LINEAR_MAX_SLICES as usize).max(1);
     let slice_len = k.div_ceil(slices).div_ceil(32) * 32;
