@@ -155,7 +155,7 @@ __device__ __forceinline__ void ws_copy(const WsGrid& G, const WsMap& wmap, cons
 
 // TF_WS_FOLD: 1 (default) folds a slice's partial after the wait that ends a stage, outside
 // the stage's wgmma loop, for calls whose K and slice length are multiples of TF_WS_KT (every
-// llama-family shape; others take ws_tile_k): the stage's 8 wgmmas then follow one
+// llama-family shape; others, and TF_WS_DEPTH=2, take ws_tile_k): the stage's 8 wgmmas then follow one
 // wgmma.fence with no branch between them. With the fold inside the loop (0, a measurement
 // knob) ptxas closes a wgmma group after every pair and puts a WARPGROUP.ARRIVE before the
 // next (SASS, session 16). The same adds on the same values in the same order.
@@ -267,10 +267,9 @@ __device__ __forceinline__ void ws_store_staged(const WsGrid& G, u32 cw, u32 stg
     }
 }
 
-// ws_tile_k for K and slice_len multiples of TF_WS_KT: the stage's wgmmas without a branch,
-// the wait, the stage released, then the fold when the stage ends a slice (or K). With
-// TF_WS_DEPTH=2 a stage that ends no slice waits only for the previous stage's group and
-// releases that stage; a fold waits for everything.
+// ws_tile_k for K and slice_len multiples of TF_WS_KT (and TF_WS_DEPTH 1): the stage's
+// wgmmas without a branch, the wait, the stage released, then the fold when the stage ends a
+// slice (or K).
 __device__ __forceinline__ void ws_tile_k_even(const WsGrid& G, WsChain& ch, u32 it, u32 kt,
                                                u32 aoff, u32 slice_len) {
     const u32 s = it % WS_STAGES, ph = (it / WS_STAGES) & 1;
@@ -284,19 +283,9 @@ __device__ __forceinline__ void ws_tile_k_even(const WsGrid& G, WsChain& ch, u32
         wgmma_n128(ch.acc, wg_desc(sa + o + 32), wg_desc(sb + o + 32));
     }
     wg_commit();
-    const bool lead = (threadIdx.x & 31) == 0;
-    const bool fold = (kt + 1) * TF_WS_KT == ch.next_end || (kt + 1) * TF_WS_KT == G.k;
-    if (TF_WS_DEPTH >= 2 && !fold) {
-        wg_wait<1>();  // the previous stage's group is complete: its stage is free
-        ws_mbar_arrive_if(G.empty + 8 * ch.pending, ch.pending >= 0 && lead);
-        ch.pending = (int)s;
-        return;
-    }
     wg_wait<0>();
-    ws_mbar_arrive_if(G.empty + 8 * ch.pending, ch.pending >= 0 && lead);
-    ch.pending = -1;
-    ws_mbar_arrive_if(G.empty + 8 * s, lead);
-    if (fold) {
+    ws_mbar_arrive_if(G.empty + 8 * s, (threadIdx.x & 31) == 0);
+    if ((kt + 1) * TF_WS_KT == ch.next_end || (kt + 1) * TF_WS_KT == G.k) {
         wg_fold<64>(ch.acc, ch.tot, ch.first);
         ch.first = false;
         ch.next_end += slice_len;
@@ -320,7 +309,7 @@ __device__ __forceinline__ void ws_consume(const WsGrid& G, u32 cw, const float*
         ch.first = true;
         ch.next_end = slice_len;
         ch.pending = -1;
-        if (TF_WS_FOLD && G.k % TF_WS_KT == 0 && slice_len % TF_WS_KT == 0) {
+        if (TF_WS_FOLD && TF_WS_DEPTH == 1 && G.k % TF_WS_KT == 0 && slice_len % TF_WS_KT == 0) {
             for (u32 kt = 0; kt < G.ktiles; kt++)
                 ws_tile_k_even(G, ch, it++, kt, cw * 64 * 128, slice_len);
         } else {

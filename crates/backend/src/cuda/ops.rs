@@ -97,8 +97,9 @@ const NORM_MANY_GROUPS: u32 = 256;
 /// The 16-byte path (`vec`) takes calls whose tensors are all bf16 (`bf16_only`) and whose
 /// buffers `ptrs` are 16-byte aligned, with group % 8 == 0 and group <= NORM_STAGE_MAX, unless
 /// `TF_VEC16=0` (TENSORFOLD_KERNEL_DEFINES, an A/B switch): the group's bf16 stage, and at
-/// most NORM_VEC_THREADS threads when the call has many groups. Otherwise `norm_threads(group)` threads, no stage. Either way
-/// the sum order is that of `norm_threads(group)` threads: the choice changes no value.
+/// most NORM_VEC_THREADS threads when the call has many groups. Otherwise
+/// `norm_threads(group)` threads, no stage. Either way the sum order is that of
+/// `norm_threads(group)` threads: the choice changes no value.
 pub(crate) fn norm_launch(
     blocks: u32,
     group: usize,
@@ -149,9 +150,12 @@ pub(crate) fn rms_norm(be: &CudaBackend, a: NormArgs<'_, CudaBackend>) -> Result
         let (g32, eps) = (to_u32("rms_norm", "group", group)?, a.eps);
         let grid = to_u32("rms_norm", "groups", blocks)?;
         let (cfg, [vt, vec]) = norm_launch(grid, group, xf + of == 0, &[xp, wp, op]);
-        let args = [xp.into(), xf.into(), wp.into(), op.into(), of.into(), g32.into(), eps.into()];
-        let [a0, a1, a2, a3, a4, a5, a6] = args;
-        be.launch("rms_norm", cfg, &[a0, a1, a2, a3, a4, a5, a6, vt, vec])?;
+        let (x, w, o) = (xp.into(), wp.into(), op.into());
+        be.launch(
+            "rms_norm",
+            cfg,
+            &[x, xf.into(), w, o, of.into(), g32.into(), eps.into(), vt, vec],
+        )?;
     }
     a.out.rows = rows;
     Ok(())
