@@ -85,6 +85,12 @@ __device__ __forceinline__ uint2 ld_act8(const bf16* p) {
     asm("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
     return v;
 }
+// 8 bytes of activations at p: from global memory (ld_act8) or, SX, from shared memory.
+template <bool SX>
+__device__ __forceinline__ uint2 ld_x8(const bf16* p) {
+    if (SX) return *(const uint2*)p;
+    return ld_act8(p);
+}
 // 16 bytes of activations at p (read by every warp of the CTA: cached).
 __device__ __forceinline__ uint4 ld_act16(const bf16* p) {
     uint4 v;
@@ -173,7 +179,8 @@ __device__ __forceinline__ void issue_w(const Slice& s, u32 kk, uint4 (&a)[U], u
 
 // The mma steps of U super-steps from kk on loaded weights, for the NT token tiles. A
 // super-step wholly past the slice end is not run.
-template <int NT, int U>
+// SX: the activations are a shared-memory stage (the fused norm's rows), read by plain loads.
+template <int NT, int U, bool SX = false>
 __device__ __forceinline__ void run_steps(const Slice& s, u32 kk, const uint4 (&a)[U],
                                           const uint4 (&b)[U], float (&acc)[NT][4],
                                           const bf16* const xr[NT], const bool vx[NT], u32 t0,
@@ -195,8 +202,8 @@ __device__ __forceinline__ void run_steps(const Slice& s, u32 kk, const uint4 (&
             if (TF_X_DIRECT) {  // the lane's two 4-k runs, loaded where they are
                 const u32 k0 = kb + 4 * c, k1 = k0 + 16;
                 const uint2 z = make_uint2(0, 0);
-                const uint2 p = (vx[t] && k0 < s.k_end) ? ld_act8(xr[t] + k0) : z;
-                const uint2 q = (vx[t] && k1 < s.k_end) ? ld_act8(xr[t] + k1) : z;
+                const uint2 p = (vx[t] && k0 < s.k_end) ? ld_x8<SX>(xr[t] + k0) : z;
+                const uint2 q = (vx[t] && k1 < s.k_end) ? ld_x8<SX>(xr[t] + k1) : z;
                 xv[u] = make_uint4(p.x, p.y, q.x, q.y);
             } else {
                 const u32 kc = kb + 8 * j;
@@ -231,7 +238,7 @@ __device__ __forceinline__ void run_steps(const Slice& s, u32 kk, const uint4 (&
 // Two register buffers: the loads of the next U super-steps are in flight while the mma
 // steps of these run. Every entry point below runs exactly this chain for each (feature
 // tile, slice), whichever warp runs it.
-template <int NT, int U>
+template <int NT, int U, bool SX = false>
 __device__ __forceinline__ void slice_chain(const Slice& s, uint4 (&a0)[U], uint4 (&b0)[U],
                                             const bf16* const xr[NT], const bool vx[NT], u32 t0,
                                             u32 rows, float* part, u32 job) {
@@ -245,9 +252,9 @@ __device__ __forceinline__ void slice_chain(const Slice& s, uint4 (&a0)[U], uint
     for (u32 kk = s.k_begin; kk < s.k_end; kk += 64 * U) {
         const u32 k1 = kk + 32 * U;
         if (k1 < s.k_end) issue_w<U>(s, k1, a1, b1);
-        run_steps<NT, U>(s, kk, a0, b0, acc, xr, vx, t0, rows);
+        run_steps<NT, U, SX>(s, kk, a0, b0, acc, xr, vx, t0, rows);
         if (k1 + 32 * U < s.k_end) issue_w<U>(s, k1 + 32 * U, a0, b0);
-        if (k1 < s.k_end) run_steps<NT, U>(s, k1, a1, b1, acc, xr, vx, t0, rows);
+        if (k1 < s.k_end) run_steps<NT, U, SX>(s, k1, a1, b1, acc, xr, vx, t0, rows);
     }
 #pragma unroll
     for (int t = 0; t < NT; t++)
@@ -274,6 +281,17 @@ __device__ __forceinline__ void slice_chain(const Slice& s, uint4 (&a0)[U], uint
 #ifndef TF_GROUP_MINB
 #define TF_GROUP_MINB 3
 #endif
+// Registers a thread of the one-token-tile (_d8: decode) entries may use, 0 (the default: as
+// many as ptxas wants, ~120, so 2 CTAs of 256 threads an SM); 80 or 64 give 3 or 4 such CTAs an
+// SM (more weight loads in flight, shorter tails) at the price of spills. Speed only.
+#ifndef TF_D8_MAXREG
+#define TF_D8_MAXREG 0
+#endif
+#if TF_D8_MAXREG > 0
+#define D8_BOUNDS(T) __maxnreg__(TF_D8_MAXREG)
+#else
+#define D8_BOUNDS(T) __launch_bounds__(T)
+#endif
 // Whether a product lets the next kernel launch (griddepcontrol.launch_dependents) before its
 // own pdl_wait(): the next kernel's CTAs may then be resident and issue their own early weight
 // loads while this one still waits. Every kernel still waits for the one before it, and that
@@ -288,25 +306,44 @@ __device__ __forceinline__ void slice_chain(const Slice& s, uint4 (&a0)[U], uint
 // through slice_chain into part. The first job's first weights are issued before pdl_wait()
 // (TF_PREWAIT): weights are immutable, so only their timing changes; everything else (the
 // activations, row_idx, every write) follows it.
-template <int NT, int U, class F>
+// A prologue runs `pre()` before pdl_wait() (immutable data only) and `main()` after it, in a
+// CTA's first tile. None: the activations are in global memory.
+struct NoPrologue {
+    __device__ __forceinline__ void pre() const {}
+    __device__ __forceinline__ void main() const {}
+};
+
+// `first`: the CTA's first tile (the persistent norm entries run several; later tiles neither
+// wait nor run the prologue again, and issue their first weights after the previous tile).
+template <int NT, int U, class F, bool SX = false, class P = NoPrologue>
 __device__ __forceinline__ void run_jobs(F slice_of, u32 J, const bf16* __restrict__ x,
                                          const u32* __restrict__ row_idx, u32 k, u32 rows, u32 t0,
-                                         float* part) {
+                                         float* part, P prologue = P(), bool first = true) {
     const u32 warp = threadIdx.x >> 5, W = blockDim.x >> 5;
     uint4 a[U], b[U];
     Slice s = slice_of(warp < J ? warp : 0);
-    if (TF_EARLY_TRIGGER) pdl_launch();
-    if (TF_PREWAIT && warp < J) issue_w<U>(s, s.k_begin, a, b);
-    pdl_wait();
-    if (!TF_EARLY_TRIGGER) pdl_launch();
+    if (first) {
+        if (TF_EARLY_TRIGGER) pdl_launch();
+        if (TF_PREWAIT && warp < J) issue_w<U>(s, s.k_begin, a, b);
+        prologue.pre();
+        pdl_wait();
+        if (!TF_EARLY_TRIGGER) pdl_launch();
+        prologue.main();
+    }
     const bf16* xr[NT];
     bool vx[NT];
     token_rows<NT>(x, row_idx, k, rows, t0, (threadIdx.x & 31) >> 2, xr, vx);
     for (u32 j = warp; j < J; j += W) {
         if (j != warp) s = slice_of(j);
-        if (j != warp || !TF_PREWAIT) issue_w<U>(s, s.k_begin, a, b);
-        slice_chain<NT, U>(s, a, b, xr, vx, t0, rows, part, j);
+        if (j != warp || !TF_PREWAIT || !first) issue_w<U>(s, s.k_begin, a, b);
+        slice_chain<NT, U, SX>(s, a, b, xr, vx, t0, rows, part, j);
     }
+}
+
+// The dynamic shared memory of an entry point, as floats (declared once, in C++ linkage).
+__device__ __forceinline__ float* dyn_floats() {
+    extern __shared__ float dyn_smem[];
+    return dyn_smem;
 }
 
 // Element e (of NT * 128) of a CTA's tile: its feature and token.
@@ -349,18 +386,18 @@ __device__ __forceinline__ void linear_body(
     }
 }
 
-#define LINEAR_ENTRY(NAME, NT, U)                                                             \
-    extern "C" __global__ void __launch_bounds__(512) NAME(                                  \
+#define LINEAR_ENTRY(NAME, NT, U, BOUNDS)                                                     \
+    extern "C" __global__ void BOUNDS NAME(                                                  \
         const bf16* __restrict__ w, const bf16* __restrict__ x, const u32* __restrict__ row_idx, \
         const float* __restrict__ bias, void* out, int out_mode, u32 n, u32 k, u32 rows,     \
         u32 slice_len) {                                                                     \
         linear_body<NT, U>(w, x, row_idx, bias, out, out_mode, n, k, rows, slice_len);       \
     }
-LINEAR_ENTRY(linear_bf16, 4, TF_NT_U)
+LINEAR_ENTRY(linear_bf16, 4, TF_NT_U, __launch_bounds__(512))
 // Decode rows (at most 8: one token tile): fewer registers per warp, more loads in flight.
 // U only groups super-steps for loading (the mma chain is the same sequence), and NT only
 // how many token tiles a CTA covers: the same bits for every element.
-LINEAR_ENTRY(linear_bf16_d8, 1, TF_D8_U)
+LINEAR_ENTRY(linear_bf16_d8, 1, TF_D8_U, D8_BOUNDS(512))
 
 // ---- Grouped products (decode): several weights over the same x in one launch. ----
 // Each CTA covers one 16-feature tile of one weight; its warps run that weight's K slices
@@ -377,13 +414,16 @@ LINEAR_ENTRY(linear_bf16_d8, 1, TF_D8_U)
         u32 n_0, u32 sl0, u32 len0, u32 ctas0, const bf16 *w1, const float *b1, bf16 *o1,     \
         u32 n_1, u32 sl1, u32 len1, u32 ctas1, const bf16 *w2, const float *b2, bf16 *o2,     \
         u32 n_2, u32 sl2, u32 len2
-#define GROUP_ARGS \
-    x, k, rows, w0, b0, o0, n_0, sl0, len0, ctas0, w1, b1, o1, n_1, sl1, len1, ctas1, w2, b2, o2, n_2, sl2, len2
+#define GROUP_ARGS_X(X) \
+    X, k, rows, w0, b0, o0, n_0, sl0, len0, ctas0, w1, b1, o1, n_1, sl1, len1, ctas1, w2, b2, o2, n_2, sl2, len2
+#define GROUP_ARGS GROUP_ARGS_X(x)
 
-template <int NT, int U>
-__device__ __forceinline__ void group_body(GROUP_PARAMS) {
-    extern __shared__ float part[];  // [S][NT][32 lanes][4]
-    u32 bx = blockIdx.x;
+// `part`: the partials' shared memory ([S][NT][32 lanes][4] floats). SX and `prologue`: see
+// run_jobs (linear_norm.cu's entries stage their normed input in shared memory).
+// `bx`: the CTA's tile (blockIdx.x, or one of a persistent CTA's), `first` as run_jobs.
+template <int NT, int U, bool SX = false, class P = NoPrologue>
+__device__ __forceinline__ void group_body(GROUP_PARAMS, float* parts, u32 bx, P prologue = P(),
+                                           bool first = true) {
     const bf16* w = w0;
     const float* bias = b0;
     bf16* out = o0;
@@ -399,21 +439,22 @@ __device__ __forceinline__ void group_body(GROUP_PARAMS) {
     }
     const u32 n0 = bx * 16, t0 = blockIdx.y * 8 * NT;
     auto slice_of = [&](u32 j) { return make_slice(w, n, k, n0, j * len, len); };
-    run_jobs<NT, U>(slice_of, S, x, nullptr, k, rows, t0, part);
+    run_jobs<NT, U, decltype(slice_of), SX>(slice_of, S, x, nullptr, k, rows, t0, parts, prologue,
+                                            first);
     __syncthreads();
     for (u32 e = threadIdx.x; e < NT * 32 * 4; e += blockDim.x) {
         u32 f, tok;
         tile_elem<NT>(e, n0, t0, &f, &tok);
         if (f >= n || tok >= rows) continue;
-        store_linear(out, 0, (u64)tok * n + f, slice_total<NT>(part, e, 0, S), bias, f);
+        store_linear(out, 0, (u64)tok * n + f, slice_total<NT>(parts, e, 0, S), bias, f);
     }
 }
 extern "C" __global__ void __launch_bounds__(256, TF_GROUP_MINB) linear_bf16_group(GROUP_PARAMS) {
-    group_body<4, TF_NT_U>(GROUP_ARGS);
+    group_body<4, TF_NT_U>(GROUP_ARGS, dyn_floats(), blockIdx.x);
 }
 // Decode rows (at most 8), as linear_bf16_d8 (TENSORFOLD_GROUP_D8=1 picks it; same bits).
-extern "C" __global__ void __launch_bounds__(256) linear_bf16_group_d8(GROUP_PARAMS) {
-    group_body<1, TF_D8_U>(GROUP_ARGS);
+extern "C" __global__ void D8_BOUNDS(256) linear_bf16_group_d8(GROUP_PARAMS) {
+    group_body<1, TF_D8_U>(GROUP_ARGS, dyn_floats(), blockIdx.x);
 }
 
 // swiglu_body: gate and up (both (n, k), K split (S, len), no bias) for the same 16
@@ -424,23 +465,26 @@ extern "C" __global__ void __launch_bounds__(256) linear_bf16_group_d8(GROUP_PAR
 #define SWIGLU_PARAMS                                                                          \
     const bf16 *__restrict__ x, u32 k, u32 rows, const bf16 *wg, const bf16 *wu, bf16 *gate,   \
         bf16 *up, bf16 *act, u32 n, u32 S, u32 len
-#define SWIGLU_ARGS x, k, rows, wg, wu, gate, up, act, n, S, len
+#define SWIGLU_ARGS_X(X) X, k, rows, wg, wu, gate, up, act, n, S, len
+#define SWIGLU_ARGS SWIGLU_ARGS_X(x)
 
-template <int NT, int U>
-__device__ __forceinline__ void swiglu_body(SWIGLU_PARAMS) {
-    extern __shared__ float part[];  // [2S][NT][32 lanes][4]
-    const u32 n0 = blockIdx.x * 16, t0 = blockIdx.y * 8 * NT;
+// `part`: [2S][NT][32 lanes][4] floats of shared memory; SX, `prologue`: as group_body.
+template <int NT, int U, bool SX = false, class P = NoPrologue>
+__device__ __forceinline__ void swiglu_body(SWIGLU_PARAMS, float* parts, u32 tile,
+                                            P prologue = P(), bool first = true) {
+    const u32 n0 = tile * 16, t0 = blockIdx.y * 8 * NT;
     auto slice_of = [&](u32 j) {
         return make_slice(j < S ? wg : wu, n, k, n0, (j < S ? j : j - S) * len, len);
     };
-    run_jobs<NT, U>(slice_of, 2 * S, x, nullptr, k, rows, t0, part);
+    run_jobs<NT, U, decltype(slice_of), SX>(slice_of, 2 * S, x, nullptr, k, rows, t0, parts,
+                                             prologue, first);
     __syncthreads();
     for (u32 e = threadIdx.x; e < NT * 32 * 4; e += blockDim.x) {
         u32 f, tok;
         tile_elem<NT>(e, n0, t0, &f, &tok);
         if (f >= n || tok >= rows) continue;
-        const bf16 gb = f2bf(slice_total<NT>(part, e, 0, S));
-        const bf16 ub = f2bf(slice_total<NT>(part, e, S, S));
+        const bf16 gb = f2bf(slice_total<NT>(parts, e, 0, S));
+        const bf16 ub = f2bf(slice_total<NT>(parts, e, S, S));
         const u64 at = (u64)tok * n + f;
         gate[at] = gb;
         up[at] = ub;
@@ -448,8 +492,8 @@ __device__ __forceinline__ void swiglu_body(SWIGLU_PARAMS) {
     }
 }
 extern "C" __global__ void __launch_bounds__(256, TF_GROUP_MINB) linear_bf16_swiglu(SWIGLU_PARAMS) {
-    swiglu_body<4, TF_NT_U>(SWIGLU_ARGS);
+    swiglu_body<4, TF_NT_U>(SWIGLU_ARGS, dyn_floats(), blockIdx.x);
 }
-extern "C" __global__ void __launch_bounds__(256) linear_bf16_swiglu_d8(SWIGLU_PARAMS) {
-    swiglu_body<1, TF_D8_U>(SWIGLU_ARGS);
+extern "C" __global__ void D8_BOUNDS(256) linear_bf16_swiglu_d8(SWIGLU_PARAMS) {
+    swiglu_body<1, TF_D8_U>(SWIGLU_ARGS, dyn_floats(), blockIdx.x);
 }

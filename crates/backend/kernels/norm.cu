@@ -60,51 +60,8 @@ __device__ __forceinline__ void rms_norm_finish(float sq, const void* src, int s
 
 // ---- 16-byte path ----
 
-// Element j of 8 packed bf16.
-__device__ __forceinline__ float bf8_at(const uint4& v, int j) {
-    const u32 w = j < 2 ? v.x : j < 4 ? v.y : j < 6 ? v.z : v.w;
-    return bf2f((bf16)((j & 1) ? w >> 16 : w & 0xffffu));
-}
-__device__ __forceinline__ uint4 pack8(const float* f) {
-    u32 w[4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) w[j] = (u32)f2bf(f[2 * j]) | ((u32)f2bf(f[2 * j + 1]) << 16);
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-// r of the staged group for T = vt virtual threads (vt a multiple of 32, at most 1,024, of
-// blockDim.x): virtual thread t sums x^2 of stage[t], stage[t+T], ... by fma in increasing
-// order (rms_norm_finish's `sq`), the butterfly over its virtual warp (real warp w runs
-// virtual warps w, w + blockDim.x / 32, ...), then every thread sums the warp partials in
-// increasing order (the same adds thread 0 makes there). The caller's barrier made the stage
-// visible; warp_part is written once a launch, so no barrier follows the read.
-__device__ __forceinline__ float staged_r(const bf16* stage, u32 group, float eps, u32 vt) {
-    __shared__ float warp_part[32];
-    const u32 lane = threadIdx.x & 31;
-    for (u32 vw = threadIdx.x >> 5; vw < (vt >> 5); vw += blockDim.x >> 5) {
-        float sq = 0.0f;
-        for (u32 i = 32 * vw + lane; i < group; i += vt) {
-            const float v = bf2f(stage[i]);
-            sq = fmaf(v, v, sq);
-        }
-        sq = warp_sum(sq);
-        if (lane == 0) warp_part[vw] = sq;
-    }
-    __syncthreads();
-    float s = warp_part[0];
-    for (u32 i = 1; i < (vt >> 5); i++) s += warp_part[i];
-    const float mean = s / (float)group;
-    return 1.0f / sqrtf(mean + eps);
-}
-
-// out chunk c = bf16(w * bf16(x * r)) of the staged chunk, with its weights `w0`, `w1`.
-__device__ __forceinline__ uint4 norm_chunk(uint4 x, float4 w0, float4 w1, float r) {
-    const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-    float o[8];
-#pragma unroll
-    for (int j = 0; j < 8; j++) o[j] = w[j] * rbf(bf8_at(x, j) * r);
-    return pack8(o);
-}
+// bf8_at, pack8, staged_r and norm_chunk (the 16-byte path's arithmetic) are in common.cuh:
+// the fused decode products (linear.cu) run the same add and norm in their prologue.
 
 // Thread t's first chunk of weights (zeros when it has none): `w0`, `w1`.
 __device__ __forceinline__ void first_weights(const float4* __restrict__ w, u32 t, u32 chunks,

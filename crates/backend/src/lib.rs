@@ -137,6 +137,35 @@ pub trait Backend: Send {
         self.swiglu(a.gate, a.up, a.out)
     }
 
+    /// [`Backend::add_rms_norm`], then [`Backend::linear_group`] of its output `n.out`. Bit for
+    /// bit those two ops (the default); a GPU may compute the norm in the products' prologue.
+    fn add_norm_linear_group(
+        &self,
+        n: AddNormArgs<'_, Self>,
+        parts: &mut [LinearPart<'_, Self>],
+    ) -> Result<()> {
+        let AddNormArgs { acc, x, weight, eps, group, out } = n;
+        self.add_rms_norm(AddNormArgs { acc, x, weight, eps, group, out: &mut *out })?;
+        self.linear_group(out, parts)
+    }
+
+    /// [`Backend::add_rms_norm`], then [`Backend::linear_swiglu`] of its output `n.out` with
+    /// `gate_w`, `up_w` into `gate`, `up` and `out`. Bit for bit those two ops (the default); a
+    /// GPU may compute the norm in the products' prologue.
+    fn add_norm_linear_swiglu(
+        &self,
+        n: AddNormArgs<'_, Self>,
+        gate_w: &Self::Weight,
+        up_w: &Self::Weight,
+        gate: &mut Self::Tensor,
+        up: &mut Self::Tensor,
+        out: &mut Self::Tensor,
+    ) -> Result<()> {
+        let AddNormArgs { acc, x, weight, eps, group, out: normed } = n;
+        self.add_rms_norm(AddNormArgs { acc, x, weight, eps, group, out: &mut *normed })?;
+        self.linear_swiglu(SwigluArgs { x: normed, gate_w, up_w, gate, up, out })
+    }
+
     /// The attention block's rope and KV write: [`Backend::rope`] of `q` and of `k` (in
     /// place), then [`Backend::kv_store`] of the rotated `k` and `v` into `layer`. Bit for bit
     /// those three ops (the default); a GPU does them in one launch.

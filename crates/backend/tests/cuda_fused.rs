@@ -17,10 +17,10 @@
 
 mod common;
 
-use common::cuda::{decode_step_meta, gpu, per_call, up};
-use common::{random_bf16, random_vector, random_weight, Rng};
+use common::cuda::{bf, decode_step_meta, gpu, per_call, rand_vector, rand_weight, read_bits, up};
+use common::{random_bf16, Rng};
 use tf_backend::batch::KvGeometry;
-use tf_backend::cuda::{CudaBackend, CudaTensor, CudaWeight};
+use tf_backend::cuda::{CudaBackend, CudaWeight};
 use tf_backend::{
     ActDType, AddNormArgs, AttnArgs, Backend, LinearPart, NormArgs, RopeKvArgs, SwigluArgs,
 };
@@ -28,23 +28,6 @@ use tf_checkpoint::spec::RopeStyle;
 use tf_checkpoint::{DType, TensorFormat};
 
 const ROWS: [usize; 5] = [1, 17, 64, 128, 2048];
-
-fn weight(g: &CudaBackend, rng: &mut Rng, n: usize, k: usize) -> CudaWeight {
-    let fmt = TensorFormat::Plain(DType::BF16);
-    g.load_weight(&random_weight(rng, fmt, n, k, 1.0 / (k as f64).sqrt())).unwrap()
-}
-
-fn vector(g: &CudaBackend, rng: &mut Rng, n: usize) -> CudaWeight {
-    g.load_weight(&random_vector(rng, n, 1.0, 0.25)).unwrap()
-}
-
-fn bf(g: &CudaBackend, rows: usize, cols: usize) -> CudaTensor {
-    g.alloc(ActDType::Bf16, rows, cols).unwrap()
-}
-
-fn read(g: &CudaBackend, t: &CudaTensor, rows: usize) -> Vec<u32> {
-    g.read_f32(t, rows).unwrap().iter().map(|v| v.to_bits()).collect()
-}
 
 fn same(what: &str, rows: usize, a: &[u32], b: &[u32]) {
     assert_eq!(a.len(), b.len(), "{what}, {rows} rows: lengths");
@@ -58,12 +41,18 @@ fn check_geometry(g: &CudaBackend, (h, qd, kvd, inter): (usize, usize, usize, us
     let max = *ROWS.iter().max().unwrap();
     let (xb, _) = random_bf16(&mut rng, max * h, 1.0);
     let (ab, _) = random_bf16(&mut rng, max * h, 4.0);
-    let (wq, wk, wv) =
-        (weight(g, &mut rng, qd, h), weight(g, &mut rng, kvd, h), weight(g, &mut rng, kvd, h));
-    let (bq, bk, bv) =
-        (vector(g, &mut rng, qd), vector(g, &mut rng, kvd), vector(g, &mut rng, kvd));
-    let (wg, wu) = (weight(g, &mut rng, inter, h), weight(g, &mut rng, inter, h));
-    let norm = vector(g, &mut rng, h);
+    let (wq, wk, wv) = (
+        rand_weight(g, &mut rng, qd, h),
+        rand_weight(g, &mut rng, kvd, h),
+        rand_weight(g, &mut rng, kvd, h),
+    );
+    let (bq, bk, bv) = (
+        rand_vector(g, &mut rng, qd),
+        rand_vector(g, &mut rng, kvd),
+        rand_vector(g, &mut rng, kvd),
+    );
+    let (wg, wu) = (rand_weight(g, &mut rng, inter, h), rand_weight(g, &mut rng, inter, h));
+    let norm = rand_vector(g, &mut rng, h);
     let mut first: Option<Vec<u32>> = None;
     for rows in ROWS {
         let x = up(g, rows, h, &xb[..rows * h]);
@@ -76,8 +65,8 @@ fn check_geometry(g: &CudaBackend, (h, qd, kvd, inter): (usize, usize, usize, us
         g.rms_norm(na).unwrap();
         let (acc, weight, out) = (&mut acc2, &norm, &mut o2);
         g.add_rms_norm(AddNormArgs { acc, x: &x, weight, eps: 1e-5, group: h, out }).unwrap();
-        same("add_rms_norm acc", rows, &read(g, &acc1, rows), &read(g, &acc2, rows));
-        same("add_rms_norm out", rows, &read(g, &o1, rows), &read(g, &o2, rows));
+        same("add_rms_norm acc", rows, &read_bits(g, &acc1, rows), &read_bits(g, &acc2, rows));
+        same("add_rms_norm out", rows, &read_bits(g, &o1, rows), &read_bits(g, &o2, rows));
         // linear_group, with and without biases
         for bias in [false, true] {
             let mut sep = [bf(g, rows, qd), bf(g, rows, kvd), bf(g, rows, kvd)];
@@ -96,8 +85,8 @@ fn check_geometry(g: &CudaBackend, (h, qd, kvd, inter): (usize, usize, usize, us
                 same(
                     &format!("linear_group part {j} bias {bias}"),
                     rows,
-                    &read(g, s, rows),
-                    &read(g, f, rows),
+                    &read_bits(g, s, rows),
+                    &read_bits(g, f, rows),
                 );
             }
         }
@@ -109,10 +98,10 @@ fn check_geometry(g: &CudaBackend, (h, qd, kvd, inter): (usize, usize, usize, us
         g.swiglu(&g1, &u1, &mut a1).unwrap();
         let (gate, up_, out) = (&mut g2, &mut u2, &mut a2);
         g.linear_swiglu(SwigluArgs { x: &x, gate_w: &wg, up_w: &wu, gate, up: up_, out }).unwrap();
-        same("linear_swiglu gate", rows, &read(g, &g1, rows), &read(g, &g2, rows));
-        same("linear_swiglu up", rows, &read(g, &u1, rows), &read(g, &u2, rows));
-        let act = read(g, &a2, rows);
-        same("linear_swiglu act", rows, &read(g, &a1, rows), &act);
+        same("linear_swiglu gate", rows, &read_bits(g, &g1, rows), &read_bits(g, &g2, rows));
+        same("linear_swiglu up", rows, &read_bits(g, &u1, rows), &read_bits(g, &u2, rows));
+        let act = read_bits(g, &a2, rows);
+        same("linear_swiglu act", rows, &read_bits(g, &a1, rows), &act);
         // Row invariance of the fused op itself: row 0 of every call has the same bits.
         match &first {
             None => first = Some(act[..inter].to_vec()),
@@ -125,7 +114,7 @@ fn check_geometry(g: &CudaBackend, (h, qd, kvd, inter): (usize, usize, usize, us
     let (mut g2, mut u2, mut a2) = (bf(g, 1, inter), bf(g, 1, inter), bf(g, 1, inter));
     let (gate, up_, out) = (&mut g2, &mut u2, &mut a2);
     g.linear_swiglu(SwigluArgs { x: &x2, gate_w: &wg, up_w: &wu, gate, up: up_, out }).unwrap();
-    assert_ne!(first.unwrap(), read(g, &a2, 1)[..inter].to_vec(), "control: inputs ignored");
+    assert_ne!(first.unwrap(), read_bits(g, &a2, 1)[..inter].to_vec(), "control: inputs ignored");
 }
 
 #[test]
@@ -154,7 +143,7 @@ fn fused_decode_profile_llama3_8b() {
     let mk = |n, k| (0..C).map(|_| flat(&g, n, k)).collect::<Vec<_>>();
     let (wq, wk, wv, wo) = (mk(h, h), mk(kvd, h), mk(kvd, h), mk(h, h));
     let (wg, wu, wd) = (mk(inter, h), mk(inter, h), mk(h, inter));
-    let norm = vector(&g, &mut Rng::new(1), h);
+    let norm = rand_vector(&g, &mut Rng::new(1), h);
     let x = bf(&g, 1, h);
     let (mut q, mut k, mut v) = (bf(&g, 1, h), bf(&g, 1, kvd), bf(&g, 1, kvd));
     let (mut ga, mut up_, mut act) = (bf(&g, 1, inter), bf(&g, 1, inter), bf(&g, 1, inter));

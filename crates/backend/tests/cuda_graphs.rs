@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::cuda::{decode_step_meta, gpu, per_call};
+use common::cuda::{decode_step_meta, flat_weight, gpu, per_call};
 use common::*;
 use tf_backend::batch::{BatchMeta, KvGeometry, SeqMeta};
 use tf_backend::cuda::{CudaBackend, CudaKv, CudaTensor, CudaWeight};
@@ -230,14 +230,6 @@ fn graph_replay_equals_direct_launches_bitwise() {
     // The control: different tokens give different logits (the comparison can fail).
     assert_ne!(direct[0], direct[2]);
     println!("{steps} steps: graphed logits equal direct launches bit for bit");
-}
-
-/// A bf16 `(n, k)` matrix of one repeated value (speed only: the values do not matter).
-fn flat_weight(g: &CudaBackend, n: usize, k: usize) -> CudaWeight {
-    let bytes = [0x3cu8, 0x3c].repeat(n * k);
-    let view =
-        tf_checkpoint::TensorView::owned("w", TensorFormat::Plain(DType::BF16), vec![n, k], bytes);
-    g.load_weight(&view).unwrap()
 }
 
 /// Where a llama3-8b decode step's time goes on this GPU: each projection shape at one row

@@ -44,7 +44,14 @@ pub const FAMILIES: &[Family] = &[
             include_str!("../../kernels/attention90.cu")
         ),
     },
-    Family { name: "linear", source: include_str!("../../kernels/linear.cu") },
+    // One unit from two files (the products; the fused norm prologue's entries).
+    Family {
+        name: "linear",
+        source: concat!(
+            include_str!("../../kernels/linear.cu"),
+            include_str!("../../kernels/linear_norm.cu")
+        ),
+    },
     Family { name: "gemm", source: include_str!("../../kernels/gemm.cu") },
     // One unit from two files (the cp.async wgmma kernel and its helpers; the copy-warp
     // kernel fed by tensor copies and its row gather).

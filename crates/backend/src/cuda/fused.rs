@@ -32,7 +32,7 @@ use tf_checkpoint::spec::RopeStyle;
 use crate::{ActDType, AddNormArgs, LinearPart, RopeArgs, RopeKvArgs, SwigluArgs};
 
 /// Bytes of one slice job's partials per token tile in the grouped kernels' shared memory.
-const JOB_SMEM: u32 = 32 * 4 * 4;
+pub(crate) const JOB_SMEM: u32 = 32 * 4 * 4;
 /// CTAs per row of `rope_kv_store`'s element path (each thread owns whole pairs: the split
 /// changes no bit).
 const ROPE_KV_PARTS: u32 = 8;
@@ -122,11 +122,23 @@ fn streams(op: &'static str, x: &CudaTensor, w: &CudaWeight, out: &CudaTensor) -
     Ok(true)
 }
 
-pub(crate) fn linear_group(
+/// A grouped product's launch: its kernel arguments (the entry's own, in order), CTAs, block
+/// threads and the partials' shared memory for `nt` token tiles a CTA.
+pub(crate) struct GroupLaunch {
+    pub args: Vec<KArg>,
+    pub grid_x: u32,
+    pub threads: u32,
+    pub part_smem: u32,
+}
+
+/// The arguments of `linear_bf16_group*` over `x` (`x_ptr`: the input the kernel reads; the
+/// norm entries ignore it), or None where the grouped kernel does not apply.
+pub(crate) fn group_launch(
     be: &CudaBackend,
     x: &CudaTensor,
-    parts: &mut [LinearPart<'_, CudaBackend>],
-) -> Result<()> {
+    parts: &[LinearPart<'_, CudaBackend>],
+    nt: u32,
+) -> Result<Option<GroupLaunch>> {
     let mut fused = (1..=3).contains(&parts.len());
     for p in parts.iter() {
         fused = fused && streams("linear_group", x, p.w, p.out)?;
@@ -135,7 +147,7 @@ pub(crate) fn linear_group(
         }
     }
     if !fused {
-        return parts.iter_mut().try_for_each(|p| linear::linear(be, x, p.w, p.bias, p.out));
+        return Ok(None);
     }
     let s = &be.stream;
     let mut args: Vec<KArg> =
@@ -174,6 +186,19 @@ pub(crate) fn linear_group(
             format!("{max_slices} slices, {ctas} tiles"),
         ));
     }
+    Ok(Some(GroupLaunch {
+        args,
+        grid_x: ctas as u32,
+        threads: 32 * max_slices.min(LINEAR_GROUP_WARPS),
+        part_smem: max_slices * nt * JOB_SMEM,
+    }))
+}
+
+pub(crate) fn linear_group(
+    be: &CudaBackend,
+    x: &CudaTensor,
+    parts: &mut [LinearPart<'_, CudaBackend>],
+) -> Result<()> {
     // The one-tile variant only on request (`TENSORFOLD_GROUP_D8=1`, same bits): on the
     // llama3-8b q/k/v at one row the general kernel took 16.7 us, the `_d8` one 19.8 us
     // (H200, 2026-11-30, before the regroup).
@@ -183,56 +208,79 @@ pub(crate) fn linear_group(
         true => ("linear_bf16_group_d8", 1),
         false => ("linear_bf16_group", LINEAR_NT),
     };
-    let cfg = LaunchConfig {
-        grid_dim: (ctas as u32, x.rows.div_ceil(8 * nt as usize) as u32, 1),
-        block_dim: (32 * max_slices.min(LINEAR_GROUP_WARPS), 1, 1),
-        shared_mem_bytes: max_slices * nt * JOB_SMEM,
+    let Some(l) = group_launch(be, x, parts, nt)? else {
+        return parts.iter_mut().try_for_each(|p| linear::linear(be, x, p.w, p.bias, p.out));
     };
-    be.launch(name, cfg, &args)?;
+    let cfg = LaunchConfig {
+        grid_dim: (l.grid_x, x.rows.div_ceil(8 * nt as usize) as u32, 1),
+        block_dim: (l.threads, 1, 1),
+        shared_mem_bytes: l.part_smem,
+    };
+    be.launch(name, cfg, &l.args)?;
     for p in parts.iter_mut() {
         p.out.rows = x.rows;
     }
     Ok(())
 }
 
-pub(crate) fn linear_swiglu(be: &CudaBackend, a: SwigluArgs<'_, CudaBackend>) -> Result<()> {
-    let (x, gw, uw) = (a.x, a.gate_w, a.up_w);
+/// The arguments of `linear_bf16_swiglu*` (as `group_launch`), or None where the fused
+/// kernel does not apply.
+pub(crate) fn swiglu_launch(
+    be: &CudaBackend,
+    x: &CudaTensor,
+    [gw, uw]: [&CudaWeight; 2],
+    [gate, up, out]: [&CudaTensor; 3],
+    nt: u32,
+) -> Result<Option<GroupLaunch>> {
     let (slices, len) = k_split(gw.n, gw.k);
     let fused = gw.n == uw.n
         && gw.k == uw.k
         && 2 * slices <= LINEAR_MAX_SLICES
-        && a.out.dtype == ActDType::Bf16
-        && streams("linear_swiglu", x, gw, a.gate)?
-        && streams("linear_swiglu", x, uw, a.up)?;
+        && out.dtype == ActDType::Bf16
+        && streams("linear_swiglu", x, gw, gate)?
+        && streams("linear_swiglu", x, uw, up)?;
     if !fused {
-        linear::linear(be, x, gw, None, a.gate)?;
-        linear::linear(be, x, uw, None, a.up)?;
-        return ops::swiglu(be, a.gate, a.up, a.out);
+        return Ok(None);
     }
-    a.out.check_out("linear_swiglu", x.rows, gw.n)?;
+    out.check_out("linear_swiglu", x.rows, gw.n)?;
     let s = &be.stream;
-    let args: [KArg; 11] = [
+    let args = vec![
         dptr(&x.buf, s).into(),
         (x.cols as u32).into(),
         (x.rows as u32).into(),
         dptr(&gw.buf, s).into(),
         dptr(&uw.buf, s).into(),
-        dptr(&a.gate.buf, s).into(),
-        dptr(&a.up.buf, s).into(),
-        dptr(&a.out.buf, s).into(),
+        dptr(&gate.buf, s).into(),
+        dptr(&up.buf, s).into(),
+        dptr(&out.buf, s).into(),
         (gw.n as u32).into(),
         slices.into(),
         len.into(),
     ];
-    let (name, nt) = variant("linear_bf16_swiglu", "linear_bf16_swiglu_d8", x.rows);
-    let cfg = LaunchConfig {
-        grid_dim: (gw.n.div_ceil(16) as u32, x.rows.div_ceil(8 * nt as usize) as u32, 1),
-        block_dim: (32 * (2 * slices).min(LINEAR_GROUP_WARPS), 1, 1),
-        shared_mem_bytes: 2 * slices * nt * JOB_SMEM,
+    Ok(Some(GroupLaunch {
+        args,
+        grid_x: gw.n.div_ceil(16) as u32,
+        threads: 32 * (2 * slices).min(LINEAR_GROUP_WARPS),
+        part_smem: 2 * slices * nt * JOB_SMEM,
+    }))
+}
+
+pub(crate) fn linear_swiglu(be: &CudaBackend, a: SwigluArgs<'_, CudaBackend>) -> Result<()> {
+    let (name, nt) = variant("linear_bf16_swiglu", "linear_bf16_swiglu_d8", a.x.rows);
+    let l = swiglu_launch(be, a.x, [a.gate_w, a.up_w], [&*a.gate, &*a.up, &*a.out], nt)?;
+    let Some(l) = l else {
+        linear::linear(be, a.x, a.gate_w, None, a.gate)?;
+        linear::linear(be, a.x, a.up_w, None, a.up)?;
+        return ops::swiglu(be, a.gate, a.up, a.out);
     };
-    be.launch(name, cfg, &args)?;
+    let cfg = LaunchConfig {
+        grid_dim: (l.grid_x, a.x.rows.div_ceil(8 * nt as usize) as u32, 1),
+        block_dim: (l.threads, 1, 1),
+        shared_mem_bytes: l.part_smem,
+    };
+    be.launch(name, cfg, &l.args)?;
     for t in [a.gate, a.up, a.out] {
-        t.rows = x.rows;
+        t.rows = a.x.rows;
     }
     Ok(())
 }

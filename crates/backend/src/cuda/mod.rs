@@ -16,6 +16,7 @@
 mod attention;
 pub mod compile;
 mod fused;
+mod fused_norm;
 mod gemm;
 mod graph;
 mod kernels;
@@ -103,6 +104,9 @@ pub struct CudaBackend {
     /// on the stream in between (a new batch's metadata) is no kernel: the next launch starts
     /// after it completes, so an entry it leaves allows only copies of finished rows.
     pub(crate) kv_written: Mutex<Option<KvWrite>>,
+    /// The fused norm products' count of CTAs that have read the residual (`linear_norm.cu`:
+    /// the last one writes it back and resets the count to zero for the next launch).
+    pub(crate) norm_counter: CudaSlice<u32>,
 }
 
 /// A KV store launch's pool, positions buffer and layer region.
@@ -157,6 +161,7 @@ impl CudaBackend {
         let stream = ctx.new_stream().map_err(drv("creating a stream"))?;
         let arch = compile::arch_for(cc);
         let reg = kernels::Registry::new(ctx.clone(), arch.clone(), cfg.kernel_cache);
+        let norm_counter = stream.alloc_zeros::<u32>(1).map_err(drv("the norm counter"))?;
         Ok(CudaBackend {
             ctx,
             stream,
@@ -176,6 +181,7 @@ impl CudaBackend {
             pdl_step: std::sync::atomic::AtomicBool::new(true),
             sms,
             kv_written: Mutex::new(None),
+            norm_counter,
         })
     }
 
@@ -454,6 +460,26 @@ impl Backend for CudaBackend {
 
     fn linear_swiglu(&self, a: SwigluArgs<'_, Self>) -> Result<()> {
         fused::linear_swiglu(self, a)
+    }
+
+    fn add_norm_linear_group(
+        &self,
+        n: AddNormArgs<'_, Self>,
+        parts: &mut [LinearPart<'_, Self>],
+    ) -> Result<()> {
+        fused_norm::add_norm_linear_group(self, n, parts)
+    }
+
+    fn add_norm_linear_swiglu(
+        &self,
+        n: AddNormArgs<'_, Self>,
+        gate_w: &CudaWeight,
+        up_w: &CudaWeight,
+        gate: &mut CudaTensor,
+        up: &mut CudaTensor,
+        out: &mut CudaTensor,
+    ) -> Result<()> {
+        fused_norm::add_norm_linear_swiglu(self, n, [gate_w, up_w], [gate, up, out])
     }
 
     fn rope_kv_store(&self, a: RopeKvArgs<'_, Self>) -> Result<()> {

@@ -131,3 +131,46 @@ pub const GEMM_CASE_SHAPES: [(usize, usize, bool); 13] = [
     (136, 1000, true),
     (1024, 4104, false),
 ];
+
+/// A bf16 `(n, k)` matrix of one repeated value (speed only: the values do not matter).
+#[allow(dead_code)]
+pub fn flat_weight(g: &CudaBackend, n: usize, k: usize) -> tf_backend::cuda::CudaWeight {
+    let bytes = [0x3cu8, 0x3c].repeat(n * k);
+    let format = tf_checkpoint::TensorFormat::Plain(tf_checkpoint::DType::BF16);
+    let view = tf_checkpoint::TensorView::owned("w", format, vec![n, k], bytes);
+    g.load_weight(&view).unwrap()
+}
+
+/// A random bf16 `(n, k)` weight (scale 1/sqrt(k)).
+#[allow(dead_code)]
+pub fn rand_weight(
+    g: &CudaBackend,
+    rng: &mut super::Rng,
+    n: usize,
+    k: usize,
+) -> tf_backend::cuda::CudaWeight {
+    let fmt = tf_checkpoint::TensorFormat::Plain(tf_checkpoint::DType::BF16);
+    g.load_weight(&super::random_weight(rng, fmt, n, k, 1.0 / (k as f64).sqrt())).unwrap()
+}
+
+/// A random f32 vector of n around 1 (norm weights, biases).
+#[allow(dead_code)]
+pub fn rand_vector(
+    g: &CudaBackend,
+    rng: &mut super::Rng,
+    n: usize,
+) -> tf_backend::cuda::CudaWeight {
+    g.load_weight(&super::random_vector(rng, n, 1.0, 0.25)).unwrap()
+}
+
+/// A bf16 activation tensor of (rows, cols).
+#[allow(dead_code)]
+pub fn bf(g: &CudaBackend, rows: usize, cols: usize) -> CudaTensor {
+    g.alloc(ActDType::Bf16, rows, cols).unwrap()
+}
+
+/// The first `rows` rows of `t` as f32 bit patterns.
+#[allow(dead_code)]
+pub fn read_bits(g: &CudaBackend, t: &CudaTensor, rows: usize) -> Vec<u32> {
+    g.read_f32(t, rows).unwrap().iter().map(|v| v.to_bits()).collect()
+}

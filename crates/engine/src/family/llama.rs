@@ -12,7 +12,7 @@
 
 use tf_backend::{
     ActDType, AddNormArgs, AttnArgs, Backend, BatchMeta, KvGeometry, LinearPart, NormArgs,
-    RopeKvArgs, SwigluArgs,
+    RopeKvArgs,
 };
 use tf_checkpoint::{Checkpoint, DType, ModelSpec, TensorFormat, TensorView};
 
@@ -174,7 +174,6 @@ impl<B: Backend> Llama<B> {
         let (be, s, sc) = (&self.backend, &self.spec, &mut self.scratch);
         let weight = match weight {
             Which::Input(li) => &self.layers[li].input_layernorm,
-            Which::PostAttention(li) => &self.layers[li].post_attention_layernorm,
             Which::Final => &self.norm,
         };
         let (eps, group) = (s.rms_norm_eps as f32, s.hidden_size);
@@ -188,20 +187,25 @@ impl<B: Backend> Llama<B> {
     }
 
     /// `proj = o_proj(attention(rope(q), rope(k), v))` of `normed` for one layer (the caller
-    /// adds `proj` to `hidden`).
+    /// adds `proj` to `hidden`). Past layer 0, `normed` is first the input norm of `hidden +=
+    /// proj` (the previous block's output), fused with q/k/v where the backend can.
     fn attention_block(&mut self, li: usize, kv: &mut B::Kv, batch: &B::Batch) -> Result<()> {
         let (be, s, sc) = (&self.backend, &self.spec, &mut self.scratch);
         let layer = &self.layers[li];
         let at = &layer.self_attn;
         let eps = s.rms_norm_eps as f32;
-        be.linear_group(
-            &sc.normed,
-            &mut [
-                LinearPart { w: &at.q_proj, bias: at.q_bias.as_ref(), out: &mut sc.q },
-                LinearPart { w: &at.k_proj, bias: at.k_bias.as_ref(), out: &mut sc.k },
-                LinearPart { w: &at.v_proj, bias: at.v_bias.as_ref(), out: &mut sc.v },
-            ],
-        )?;
+        let mut parts = [
+            LinearPart { w: &at.q_proj, bias: at.q_bias.as_ref(), out: &mut sc.q },
+            LinearPart { w: &at.k_proj, bias: at.k_bias.as_ref(), out: &mut sc.k },
+            LinearPart { w: &at.v_proj, bias: at.v_bias.as_ref(), out: &mut sc.v },
+        ];
+        if li > 0 {
+            let (acc, x, out) = (&mut sc.hidden, &sc.proj, &mut sc.normed);
+            let (weight, group) = (&layer.input_layernorm, s.hidden_size);
+            be.add_norm_linear_group(AddNormArgs { acc, x, weight, eps, group, out }, &mut parts)?;
+        } else {
+            be.linear_group(&sc.normed, &mut parts)?;
+        }
         let (q, k) = match (&at.q_norm, &at.k_norm) {
             (Some(qn), Some(kn)) => {
                 let g = s.head_dim;
@@ -253,19 +257,24 @@ impl<B: Backend> Llama<B> {
         Ok(())
     }
 
-    /// `proj = down(bf16(silu(gate(x))) * up(x))` with `x = normed` (the caller adds `proj`
-    /// to `hidden`).
+    /// `proj = down(bf16(silu(gate(x))) * up(x))` with `x = normed`, the post-attention norm
+    /// of `hidden += proj` (fused with gate/up where the backend can; the caller adds the new
+    /// `proj` to `hidden`).
     fn mlp_block(&mut self, li: usize) -> Result<()> {
-        let (be, sc) = (&self.backend, &mut self.scratch);
-        let mlp = &self.layers[li].mlp;
-        be.linear_swiglu(SwigluArgs {
-            x: &sc.normed,
-            gate_w: &mlp.gate_proj,
-            up_w: &mlp.up_proj,
-            gate: &mut sc.gate,
-            up: &mut sc.up,
-            out: &mut sc.act,
-        })?;
+        let (be, s, sc) = (&self.backend, &self.spec, &mut self.scratch);
+        let layer = &self.layers[li];
+        let mlp = &layer.mlp;
+        let (acc, x, out) = (&mut sc.hidden, &sc.proj, &mut sc.normed);
+        let (weight, eps, group) =
+            (&layer.post_attention_layernorm, s.rms_norm_eps as f32, s.hidden_size);
+        be.add_norm_linear_swiglu(
+            AddNormArgs { acc, x, weight, eps, group, out },
+            &mlp.gate_proj,
+            &mlp.up_proj,
+            &mut sc.gate,
+            &mut sc.up,
+            &mut sc.act,
+        )?;
         be.linear(&sc.act, &mlp.down_proj, None, &mut sc.proj)?;
         Ok(())
     }
@@ -275,7 +284,6 @@ impl<B: Backend> Llama<B> {
 #[derive(Clone, Copy)]
 enum Which {
     Input(usize),
-    PostAttention(usize),
     Final,
 }
 
@@ -360,10 +368,13 @@ impl<B: Backend> Llama<B> {
         // Each block leaves its output in `proj`; the next norm adds it to `hidden` first
         // (`hidden = bf16(hidden + proj)`, HF's residual rounding), fused where the backend can.
         self.backend.embed(&self.embed_tokens, batch, &mut self.scratch.hidden)?;
+        // The pending add and the norm go into the products that read the normed rows
+        // (`add_norm_linear_group`, `add_norm_linear_swiglu`: the same bits, fewer launches).
         for li in 0..self.layers.len() {
-            self.residual_norm(Which::Input(li), li > 0)?;
+            if li == 0 {
+                self.residual_norm(Which::Input(li), false)?;
+            }
             self.attention_block(li, kv, batch)?;
-            self.residual_norm(Which::PostAttention(li), true)?;
             self.mlp_block(li)?;
         }
         self.residual_norm(Which::Final, !self.layers.is_empty())?;

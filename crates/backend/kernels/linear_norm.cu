@@ -1,0 +1,114 @@
+// The residual add and RMSNorm as the prologue of the grouped decode products (compiled in one
+// unit after linear.cu, whose group and swiglu bodies it reuses): `add_norm_linear_group`
+// (q, k, v) and `add_norm_linear_swiglu` (gate, up) of cuda/fused.rs, for calls of at most 8
+// rows. Each CTA computes the call's normed rows itself into shared memory, with
+// add_rms_norm's 16-byte path (norm.cu: the sums bf16(acc + add) chunk by chunk, the sum of
+// squares by vt = norm_threads(k) virtual threads in their order, r = 1 / sqrt(mean + eps),
+// bf16(w * bf16(x * r)); the helpers are common.cuh's), so its slices read the bits the
+// separate add_rms_norm would have written, and then runs the same slice chains and combine as
+// linear_bf16_group / linear_bf16_swiglu. The separate norm launch cost the graphed llama3-8b
+// decode step 252 us of 4.89 ms (H200, session 17, tests/cuda_step_marginals.rs).
+//
+// add_rms_norm also writes the sums back to `acc` (in place) and the normed rows to `nout`:
+// here the last CTA of the grid to have staged its sums does both, once every CTA has read
+// `acc` (each counts itself on `counter` after its reads; the last one resets the counter for
+// the next launch, which cannot touch it before this grid completes: every kernel waits for
+// its predecessor). So the call leaves acc and nout as add_rms_norm + the product would.
+
+#define NORM_PARAMS                                                                            \
+    bf16 *acc, const bf16 *__restrict__ add, const float *__restrict__ nw, bf16 *nout,          \
+        u32 *counter, float eps, u32 vt
+#define NORM_ARGS acc, add, nw, nout, counter, eps, vt
+
+// The prologue of `rows` rows of k (k % 8 == 0) in shared memory: the norm weights (k floats,
+// `wsm`, brought by cp.async before pdl_wait: immutable), the sums bf16(acc + add) (`sums`) and
+// the normed rows (`stage`, what the slices read). Every thread of the CTA runs it.
+struct NormPrologue {
+    bf16 *acc;
+    const bf16* add;
+    const float* nw;
+    bf16* nout;
+    u32* counter;
+    float eps;
+    u32 vt, rows, k;
+    float* wsm;
+    bf16 *sums, *stage;
+
+    __device__ __forceinline__ void pre() const {
+        for (u32 c = threadIdx.x; c < k / 4; c += blockDim.x)
+            cp_async16((u32)__cvta_generic_to_shared(wsm + 4 * c), nw + 4 * c, true);
+        cp_async_commit();
+    }
+
+    __device__ __forceinline__ void main() const {
+        __shared__ u32 last;
+        const u32 chunks = k / 8, all = rows * chunks, T = blockDim.x;
+        uint4 *su = (uint4*)sums, *st = (uint4*)stage;
+        for (u32 c = threadIdx.x; c < all; c += T) {
+            const uint4 av = ((const uint4*)acc)[c], bv = ((const uint4*)add)[c];
+            float s[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) s[j] = bf8_at(av, j) + bf8_at(bv, j);
+            su[c] = pack8(s);
+        }
+        cp_async_wait_all();
+        __syncthreads();  // this CTA's reads of acc are done; the sums and weights are staged
+        // Counted now, the count read at the end: its round trip overlaps the norm.
+        u32 seen = 0;
+        if (threadIdx.x == 0) seen = atomicAdd(counter, 1u);
+        const float4* w4 = (const float4*)wsm;
+        for (u32 r = 0; r < rows; r++) {
+            const float rr = staged_r(sums + (u64)r * k, k, eps, vt);
+            for (u32 c = threadIdx.x; c < chunks; c += T)
+                st[r * chunks + c] = norm_chunk(su[r * chunks + c], w4[2 * c], w4[2 * c + 1], rr);
+            // staged_r's warp partials are read before the next row writes them.
+            if (r + 1 < rows) __syncthreads();
+        }
+        if (threadIdx.x == 0) {
+            last = seen == gridDim.x * gridDim.y - 1;
+            if (last) atomicExch(counter, 0u);
+        }
+        __syncthreads();  // the stage is whole before the slices read it; `last` is known
+        if (last) {
+            for (u32 c = threadIdx.x; c < all; c += T) {
+                ((uint4*)acc)[c] = su[c];
+                ((uint4*)nout)[c] = st[c];
+            }
+        }
+    }
+};
+
+// Dynamic shared memory: the weights (k floats), the sums and the stage (rows * k bf16 each),
+// then the partials as in linear.cu.
+#define NORM_SMEM                                                                              \
+    float* wsm = dyn_floats();                                                                 \
+    bf16* sums = (bf16*)(wsm + k);                                                             \
+    bf16* stage = sums + (u64)rows * k;                                                        \
+    float* parts = (float*)(stage + (u64)rows * k);                                            \
+    const NormPrologue prologue{NORM_ARGS, rows, k, wsm, sums, stage};
+
+// q, k, v (GROUP_PARAMS' x is unused: the input is the staged normed rows) with one token tile
+// (rows <= 8). Persistent: grid (min(tiles, CTAs resident at once)); CTA b runs tiles b, b +
+// gridDim.x, ... (the prologue once); block as linear_bf16_group; dynamic shared memory k * 4
+// + 2 * rows * k * 2 bytes + max_j(sl_j) * 128 floats.
+extern "C" __global__ void __launch_bounds__(256, TF_GROUP_MINB)
+    linear_bf16_group_norm(GROUP_PARAMS, NORM_PARAMS) {
+    NORM_SMEM
+    const u32 tiles = ctas0 + ctas1 + (n_2 + 15) / 16;
+    for (u32 t = blockIdx.x; t < tiles; t += gridDim.x) {
+        group_body<1, TF_NT_U, true>(GROUP_ARGS_X(stage), parts, t, prologue, t == blockIdx.x);
+        __syncthreads();  // the partials are read before the next tile writes them
+    }
+}
+
+// gate, up and SwiGLU over the staged normed rows, as linear_bf16_swiglu_d8 (rows <= 8);
+// persistent as above over ceil(n / 16) tiles; dynamic shared memory k * 4 + 2 * rows * k * 2
+// bytes + 2S * 128 floats.
+extern "C" __global__ void D8_BOUNDS(256) linear_bf16_swiglu_norm(SWIGLU_PARAMS, NORM_PARAMS) {
+    NORM_SMEM
+    const u32 tiles = (n + 15) / 16;
+    for (u32 t = blockIdx.x; t < tiles; t += gridDim.x) {
+        swiglu_body<1, TF_D8_U, true>(SWIGLU_ARGS_X(stage), parts, t, prologue, t == blockIdx.x);
+        __syncthreads();
+    }
+}
