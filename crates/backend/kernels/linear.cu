@@ -56,7 +56,8 @@
 // tests/cuda_wgmma.rs check it). The grouped decode entries
 // at the end (linear_bf16_group: q, k, v in one launch; linear_bf16_swiglu: gate and up with
 // the SwiGLU epilogue) run the same slice chains and combine, so they give linear_bf16's bits
-// (tests/cuda_fused.rs compares them with the separate launches bit for bit).
+// (tests/cuda_fused.rs compares them with the separate launches bit for bit); linear_norm.cu's
+// entries run the same bodies after an add + RMSNorm prologue (tests/cuda_fused_norm.rs).
 
 // 16 bytes of weights at p: streamed once, not kept in L1.
 __device__ __forceinline__ uint4 ld_stream16(const bf16* p) {

@@ -1,13 +1,17 @@
 // The residual add and RMSNorm as the prologue of the grouped decode products (compiled in one
 // unit after linear.cu, whose group and swiglu bodies it reuses): `add_norm_linear_group`
-// (q, k, v) and `add_norm_linear_swiglu` (gate, up) of cuda/fused.rs, for calls of at most 8
-// rows. Each CTA computes the call's normed rows itself into shared memory, with
+// (q, k, v) and `add_norm_linear_swiglu` (gate, up) of cuda/fused_norm.rs, for calls of at most
+// 8 rows. Each CTA computes the call's normed rows itself into shared memory, with
 // add_rms_norm's 16-byte path (norm.cu: the sums bf16(acc + add) chunk by chunk, the sum of
 // squares by vt = norm_threads(k) virtual threads in their order, r = 1 / sqrt(mean + eps),
 // bf16(w * bf16(x * r)); the helpers are common.cuh's), so its slices read the bits the
 // separate add_rms_norm would have written, and then runs the same slice chains and combine as
-// linear_bf16_group / linear_bf16_swiglu. The separate norm launch cost the graphed llama3-8b
-// decode step 252 us of 4.89 ms (H200, session 17, tests/cuda_step_marginals.rs).
+// linear_bf16_group / linear_bf16_swiglu_d8. The CTAs are persistent (the host launches as many
+// as the GPU holds, each walking tiles blockIdx.x, + gridDim.x, ...), so each computes the norm
+// once. H200, session 17, one row: norm + q/k/v 22.8 -> 19.7 us; norm + gate/up 65.7 -> 69.4
+// us (896 tiles over 264 CTAs: the prologue sits in front of each CTA's stream), so the host
+// fuses q/k/v only by default (TENSORFOLD_NORM_FUSE). One CTA a tile, each with the prologue,
+// was slower for both (decode 192-195 vs 202 tok/s).
 //
 // add_rms_norm also writes the sums back to `acc` (in place) and the normed rows to `nout`:
 // here the last CTA of the grid to have staged its sums does both, once every CTA has read
