@@ -17,6 +17,7 @@
 //! independent reference).
 
 use super::data::{read, Bf16Mat, Rng, Scratch, BLOCK_SIZE};
+use super::fused_norm::NormProducts;
 use super::geometry::{Geometry, Unit};
 use super::ops::{offset, rope_table, Io};
 use super::reference::{self, Expect};
@@ -57,12 +58,14 @@ pub fn build<'b, B: Backend + 'b>(
             Box::new(Products::new(be, s, rng, io, shape)?)
         }
         Unit::RopeKv { style } => Box::new(RopeKvCase::new(be, g, s, rng, io, style)?),
+        Unit::AddNormGroup => Box::new(NormProducts::new(be, g, s, rng, io, false)?),
+        Unit::AddNormSwiglu => Box::new(NormProducts::new(be, g, s, rng, io, true)?),
         _ => return Err(ContractError::Setup(format!("{unit:?} is not a fused unit"))),
     })
 }
 
 /// Values of the universe rows of the last 2,048-row call, by id (the anchor's intermediates).
-fn keep(
+pub(super) fn keep(
     kept: &mut Vec<Vec<f32>>,
     ids: &[u32],
     out: &[f32],
@@ -79,7 +82,7 @@ fn keep(
 }
 
 /// Rows of `kept` as f64 (empty when the anchor did not run: gate 2 then fails on length).
-fn kept_rows(kept: &[Vec<f32>], ids: &[u32]) -> Vec<Vec<f64>> {
+pub(super) fn kept_rows(kept: &[Vec<f32>], ids: &[u32]) -> Vec<Vec<f64>> {
     ids.iter()
         .map(|&i| {
             kept.get(i as usize).map_or(Vec::new(), |r| r.iter().map(|&v| v as f64).collect())
@@ -89,7 +92,7 @@ fn kept_rows(kept: &[Vec<f32>], ids: &[u32]) -> Vec<Vec<f64>> {
 
 /// Row-major expectations of equal-length rows, side by side: row r is `parts[0]`'s row r,
 /// then `parts[1]`'s, ...
-fn side_by_side(rows: usize, parts: &[Expect]) -> Expect {
+pub(super) fn side_by_side(rows: usize, parts: &[Expect]) -> Expect {
     let mut e = Expect::default();
     for r in 0..rows {
         for p in parts {
@@ -102,7 +105,7 @@ fn side_by_side(rows: usize, parts: &[Expect]) -> Expect {
 }
 
 /// Interleaves per-part outputs `(rows, width_j)` into rows of `[part0 | part1 | ...]`.
-fn join(rows: usize, parts: &[Vec<f32>]) -> Vec<f32> {
+pub(super) fn join(rows: usize, parts: &[Vec<f32>]) -> Vec<f32> {
     let mut out = Vec::with_capacity(parts.iter().map(Vec::len).sum());
     for r in 0..rows {
         for p in parts {

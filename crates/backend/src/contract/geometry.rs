@@ -175,6 +175,10 @@ pub(crate) enum Unit {
     RopeKv {
         style: RopeStyle,
     },
+    /// `add_norm_linear_group`: outputs (acc, normed, q, k, v).
+    AddNormGroup,
+    /// `add_norm_linear_swiglu`: outputs (acc, normed, gate, up, act).
+    AddNormSwiglu,
 }
 
 impl Unit {
@@ -189,9 +193,12 @@ impl Unit {
             Unit::Add => Family::Add,
             Unit::Logits => Family::Logits,
             Unit::Argmax => Family::Sample,
-            Unit::AddNorm | Unit::LinearGroup { .. } | Unit::LinearSwiglu | Unit::RopeKv { .. } => {
-                Family::Fused
-            }
+            Unit::AddNorm
+            | Unit::LinearGroup { .. }
+            | Unit::LinearSwiglu
+            | Unit::RopeKv { .. }
+            | Unit::AddNormGroup
+            | Unit::AddNormSwiglu => Family::Fused,
         }
     }
 }
@@ -223,6 +230,8 @@ pub(crate) fn units(g: &Geometry) -> Vec<Unit> {
         Unit::LinearSwiglu,
         Unit::RopeKv { style: RopeStyle::Neox },
         Unit::RopeKv { style: RopeStyle::Interleaved },
+        Unit::AddNormGroup,
+        Unit::AddNormSwiglu,
     ]);
     out
 }
@@ -270,8 +279,8 @@ mod tests {
         );
         // 5 shapes, 4 of them with a bias variant, 3 norms, 4 ropes, embed, attention,
         // swiglu, add, logits, argmax; the fused add_rms_norm, q/k/v (with and without bias)
-        // gate/up+swiglu and rope+kv_store (both styles).
-        assert_eq!(units(&SMOLLM2).len(), 9 + 3 + 4 + 6 + 6);
+        // gate/up+swiglu, rope+kv_store (both styles) and the two norm-fused products.
+        assert_eq!(units(&SMOLLM2).len(), 9 + 3 + 4 + 6 + 8);
         assert_eq!(linear_shapes(&LLAMA3_8B)[0], ("q,o".into(), 4096, 4096));
     }
 

@@ -10,8 +10,10 @@
 //! attention (prefill chunks and decode rows of several sequences, GQA); swiglu; add; logits;
 //! argmax (`sample.rs`: greedy sampling on the device, on logits known exactly); the fused
 //! decode ops (`fused.rs`: add_rms_norm, q/k/v as one `linear_group` with and without bias,
-//! gate/up `linear_swiglu`, `rope_kv_store` in both styles), each judged on every value its
-//! unfused composition writes.
+//! gate/up `linear_swiglu`, `rope_kv_store` in both styles; `fused_norm.rs`:
+//! `add_norm_linear_group` and `add_norm_linear_swiglu`, whose decode-sized calls a GPU runs
+//! with the norm in the products' prologue), each judged on every value its unfused
+//! composition writes.
 //! On the CPU the SUMMARY's "kernels" are these units; on CUDA also every
 //! [`Backend::kernels`] entry that no unit claims (a failure: nothing drives it).
 //!
@@ -94,6 +96,7 @@ mod bound;
 mod compare;
 mod data;
 mod fused;
+mod fused_norm;
 mod geometry;
 mod ops;
 pub mod reference;

@@ -82,9 +82,12 @@ pub fn build<'b, B: Backend + 'b>(
             Box::new(Elementwise { io, cols: g.hidden, out: None })
         }
         Unit::Argmax => Box::new(super::sample::ArgmaxCase::new(be, g.vocab, s, rng)?),
-        Unit::AddNorm | Unit::LinearGroup { .. } | Unit::LinearSwiglu | Unit::RopeKv { .. } => {
-            return super::fused::build(be, g, unit, s, rng, io)
-        }
+        Unit::AddNorm
+        | Unit::LinearGroup { .. }
+        | Unit::LinearSwiglu
+        | Unit::RopeKv { .. }
+        | Unit::AddNormGroup
+        | Unit::AddNormSwiglu => return super::fused::build(be, g, unit, s, rng, io),
         Unit::Attention => {
             return Err(ContractError::Setup("attention is not a row-wise unit".into()))
         }

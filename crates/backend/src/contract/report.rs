@@ -94,6 +94,8 @@ fn label(unit: &Unit) -> String {
         Unit::LinearGroup { bias } => format!("q,k,v{}", if *bias { " +bias" } else { "" }),
         Unit::LinearSwiglu => "gate,up + swiglu".into(),
         Unit::RopeKv { style } => format!("rope q,k + kv_store {style:?}"),
+        Unit::AddNormGroup => "add + rms_norm + q,k,v".into(),
+        Unit::AddNormSwiglu => "add + rms_norm + gate,up + swiglu".into(),
         _ => String::new(),
     }
 }
