@@ -131,8 +131,8 @@ pub(crate) struct GroupLaunch {
     pub part_smem: u32,
 }
 
-/// The arguments of `linear_bf16_group*` over `x` (`x_ptr`: the input the kernel reads; the
-/// norm entries ignore it), or None where the grouped kernel does not apply.
+/// The arguments of `linear_bf16_group*` over `x` (the norm entries take them too and read
+/// their staged rows instead of `x`), or None where the grouped kernel does not apply.
 pub(crate) fn group_launch(
     be: &CudaBackend,
     x: &CudaTensor,

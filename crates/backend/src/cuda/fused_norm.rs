@@ -77,7 +77,6 @@ fn fusable(be: &CudaBackend, n: &AddNormArgs<'_, CudaBackend>, swiglu: bool) -> 
         && k * 4 <= 2 * STAGE_MAX
         && n.out.cols == k
         && n.out.max_rows >= rows
-        && n.weight.k == k
         && s(n.acc)
         && s(n.x)
         && s(n.out)
@@ -97,13 +96,11 @@ fn norm_args(be: &CudaBackend, n: &AddNormArgs<'_, CudaBackend>, args: &mut Vec<
     ]);
 }
 
-/// CTAs of `name` an SM can hold at `threads` threads and `smem` bytes (the driver's
-/// occupancy figure, asked once per shape).
+/// CTAs of `name` an SM of this backend's GPU can hold at `threads` threads and `smem` bytes
+/// (the driver's occupancy figure, asked once per shape and kept in `CudaBackend::resident`).
 fn resident(be: &CudaBackend, name: &'static str, threads: u32, smem: u32) -> Result<u32> {
-    type Key = (&'static str, u32, u32);
-    static SEEN: std::sync::Mutex<Vec<(Key, u32)>> = std::sync::Mutex::new(Vec::new());
     let key = (name, threads, smem);
-    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut seen = be.resident.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(&(_, n)) = seen.iter().find(|(k, _)| *k == key) {
         return Ok(n);
     }
@@ -155,7 +152,6 @@ pub(crate) fn add_norm_linear_group(
         return linear_group(be, out, parts);
     };
     launch(be, "linear_bf16_group_norm", l, &n)?;
-    n.out.rows = n.acc.rows;
     for p in parts.iter_mut() {
         p.out.rows = n.acc.rows;
     }
@@ -186,7 +182,6 @@ pub(crate) fn add_norm_linear_swiglu(
         return linear_swiglu(be, SwigluArgs { x: normed, gate_w, up_w, gate, up, out });
     };
     launch(be, "linear_bf16_swiglu_norm", l, &n)?;
-    n.out.rows = rows;
     for t in [gate, up, out] {
         t.rows = rows;
     }

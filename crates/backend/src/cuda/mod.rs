@@ -107,7 +107,13 @@ pub struct CudaBackend {
     /// The fused norm products' count of CTAs that have read the residual (`linear_norm.cu`:
     /// the last one writes it back and resets the count to zero for the next launch).
     pub(crate) norm_counter: CudaSlice<u32>,
+    /// CTAs an SM holds, by (entry point, threads, dynamic shared memory): the driver's
+    /// occupancy answers for this GPU, asked once each (`fused_norm.rs`'s persistent grids).
+    pub(crate) resident: Mutex<Vec<(Occupancy, u32)>>,
 }
+
+/// An occupancy question: (entry point, threads a block, dynamic shared memory bytes).
+pub(crate) type Occupancy = (&'static str, u32, u32);
 
 /// A KV store launch's pool, positions buffer and layer region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,6 +188,7 @@ impl CudaBackend {
             sms,
             kv_written: Mutex::new(None),
             norm_counter,
+            resident: Mutex::new(Vec::new()),
         })
     }
 
