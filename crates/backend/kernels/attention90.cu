@@ -35,6 +35,13 @@
 // Measured and dropped (session 14, H200, bit-equal): three K/V buffers with the loads issued
 // behind the products, 298 vs 293 us at 2,048 rows. ncu: issue slots 40% busy, 0.58 of 2
 // warps a scheduler eligible; the instruction stream, not the loads, bounds this CTA.
+// Session 18: the row tile's block ids staged in shared memory once (AwTable) and a position's
+// block by shifts: each tile's copies no longer wait on a global load of the table right after
+// the CTA barrier, nor on a division (the loop's SASS 2,306 -> 1,910 instructions). H200, same
+// bits (tests/cuda_attention.rs, check exact): 2,048 rows 298 -> 233 us a call, 8,192 rows
+// 3.9 -> 3.0 ms; served prefill 8,192 / 32,768 23.9k / 11.7k -> 26.2k / 13.9k tok/s. Also
+// measured then: skipping the causal compare on tiles wholly below the row (232 vs 233 us,
+// 2,978 vs 2,994 at 8,192; served 2,048 no faster): dropped.
 //
 // Everything here compiles to nothing below sm_90a (the host never picks it there).
 
@@ -51,7 +58,10 @@
 #define AW_K (2 * AW_QHALF)
 #define AW_V (AW_K + 2 * AW_TILE)
 #define AW_O (AW_V + 2 * AW_TILE)
-#define AW_SMEM (AW_O + 64 * AW_THREADS * 4 + 1024)
+// Then the row tile's block table (AW_TBL entries; longer tables are read from global memory).
+#define AW_TBL 4096
+#define AW_T (AW_O + 64 * AW_THREADS * 4)
+#define AW_SMEM (AW_T + AW_TBL * 4 + 1024)
 
 // V as the N-major (transposed) B of P.V: 16 positions x 64 dims a 2,048-byte step; the
 // leading offset steps across the two 64-dim halves, the stride across 8-position groups
@@ -107,20 +117,31 @@ __device__ __forceinline__ void aw_scores(float (&s)[8][4], u32 qb, u32 kb) {
     wg_commit();
 }
 
+// Where a row tile's KV rows are: its block table (in shared memory when it fits: a
+// generic pointer either way) and the block size's shift (a power of two, the host checks:
+// a position's block and slot without a division).
+struct AwTable {
+    const u32* ids;
+    u32 shift;
+    __device__ __forceinline__ u32 block(u32 j) const { return ids[j >> shift]; }
+    __device__ __forceinline__ u32 slot(u32 j) const { return j & ((1u << shift) - 1); }
+};
+
 // K (or V: gofs + plane) rows of KV tile t into a tile at shared address dst: position r's
 // 16-byte chunk c at half c / 8, swizzled row r; positions >= n zero (no pool read).
-__device__ __forceinline__ void aw_load_kv(u32 dst, const bf16* pool, const u32* table, u32 t,
-                                           u32 n, u64 base, u64 gofs, u32 bs) {
+__device__ __forceinline__ void aw_load_kv(u32 dst, const bf16* pool, const AwTable& table, u32 t,
+                                           u32 n, u64 base, u64 gofs) {
     for (u32 i = threadIdx.x; i < TK * 16; i += AW_THREADS) {
         const u32 r = i / 16, c = i % 16, j = t * TK + r;
         const bf16* src = pool;
-        if (j < n) src = pool + (u64)table[j / bs] * base + gofs + (u64)(j % bs) * 128 + c * 8;
+        if (j < n) src = pool + (u64)table.block(j) * base + gofs + (u64)table.slot(j) * 128 + c * 8;
         cp_async16(dst + (c / 8) * AW_KHALF + wg_sw(r, c % 8), src, j < n);
     }
 }
 
 // One row tile of kv head g: attention.cu's definition for its M-rows (header above).
-__device__ void attend_wg(const Args& A, const Tile& tile, u32 g, u32 G, u32 sbase, float* Os) {
+__device__ void attend_wg(const Args& A, const Tile& tile, u32 g, u32 G, u32 sbase, float* Os,
+                          u32* tbl) {
     const u32 wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x & 31;
     __syncthreads();  // the previous row tile is done with shared memory
     for (u32 i = threadIdx.x; i < AW_MROWS * 16; i += AW_THREADS) {
@@ -137,6 +158,14 @@ __device__ void attend_wg(const Args& A, const Tile& tile, u32 g, u32 G, u32 sba
     int prow[2];
     row_positions(prow, A, tile, G, 64 * wg + 16 * warp, lane);
     const KvAt at = kv_at<128>(A, tile, g);
+    // The block ids once a row tile (not a global load on every tile's copies).
+    AwTable tb = {at.table, (u32)__ffs(A.bs) - 1};
+    const u32 nblk = (tile.n + A.bs - 1) >> tb.shift;
+    if (nblk <= AW_TBL) {
+        for (u32 i = threadIdx.x; i < nblk; i += AW_THREADS) tbl[i] = at.table[i];
+        tb.ids = tbl;
+    }
+    __syncthreads();
     const float NEG = -__int_as_float(0x7f800000);
     float M[2] = {NEG, NEG}, L[2] = {0.0f, 0.0f};
     float m[2] = {NEG, NEG}, l[2] = {0.0f, 0.0f}, o[64];
@@ -145,12 +174,12 @@ __device__ void attend_wg(const Args& A, const Tile& tile, u32 g, u32 G, u32 sba
     const u32 nt = (tile.n + TK - 1) / TK;
     const u32 qb = sbase + wg * 64 * 128;
     // Loads in flight at the top of iteration t: K(t + 1), V(t) (K(0) is waited for first).
-    aw_load_kv(sbase + AW_K, A.pool, at.table, 0, tile.n, at.base, at.gofs, A.bs);
+    aw_load_kv(sbase + AW_K, A.pool, tb, 0, tile.n, at.base, at.gofs);
     cp_async_commit();
     if (nt > 1)
-        aw_load_kv(sbase + AW_K + AW_TILE, A.pool, at.table, 1, tile.n, at.base, at.gofs, A.bs);
+        aw_load_kv(sbase + AW_K + AW_TILE, A.pool, tb, 1, tile.n, at.base, at.gofs);
     cp_async_commit();
-    aw_load_kv(sbase + AW_V, A.pool, at.table, 0, tile.n, at.base, at.gofs + at.plane, A.bs);
+    aw_load_kv(sbase + AW_V, A.pool, tb, 0, tile.n, at.base, at.gofs + at.plane);
     cp_async_commit();
     cp_async_wait<2>();   // K(0) has arrived
     fence_proxy_async();  // ... visible to wgmma
@@ -168,12 +197,12 @@ __device__ void attend_wg(const Args& A, const Tile& tile, u32 g, u32 G, u32 sba
         // ... for every thread, and every warpgroup is done with K(t) and V(t - 1):
         __syncthreads();
         if (t + 2 < nt)
-            aw_load_kv(sbase + AW_K + (t % 2) * AW_TILE, A.pool, at.table, t + 2, tile.n,
-                       at.base, at.gofs, A.bs);
+            aw_load_kv(sbase + AW_K + (t % 2) * AW_TILE, A.pool, tb, t + 2, tile.n, at.base,
+                       at.gofs);
         cp_async_commit();
         if (NEXT)
-            aw_load_kv(sbase + AW_V + ((t + 1) % 2) * AW_TILE, A.pool, at.table, t + 1, tile.n,
-                       at.base, at.gofs + at.plane, A.bs);
+            aw_load_kv(sbase + AW_V + ((t + 1) % 2) * AW_TILE, A.pool, tb, t + 1, tile.n,
+                       at.base, at.gofs + at.plane);
         cp_async_commit();
         const bool fresh = NEXT && ((t + 1) * TK) % SPLIT == 0;
         u32 a[4][3][4];  // p(t)'s pieces: [16-position step][piece][A register]
@@ -261,6 +290,7 @@ extern "C" __global__ void __launch_bounds__(AW_THREADS, 1) attention_wg_hd128(A
     __shared__ u32 starts[AW_MROWS / 32];
     const u32 raw = smem_u32(aw_smem), sbase = (raw + 1023) & ~1023u;
     float* Os = (float*)(aw_smem + (sbase - raw) + AW_O);
+    u32* tbl = (u32*)(aw_smem + (sbase - raw) + AW_T);
     const u32 G = heads / kvh, rpc = AW_MROWS / G;
     const u32 nwin = (rows + rpc - 1) / rpc;
     const u32 w = nwin - 1 - blockIdx.x / kvh, g = blockIdx.x % kvh, b0 = w * rpc;
@@ -282,7 +312,7 @@ extern "C" __global__ void __launch_bounds__(AW_THREADS, 1) attention_wg_hd128(A
             const u32 j = __ffs(bits) - 1;
             bits &= bits - 1;
             const Tile tile = row_tile(positions, row_table, b0 + 32 * i + j, rows, rpc);
-            attend_wg(a, tile, g, G, sbase, Os);
+            attend_wg(a, tile, g, G, sbase, Os, tbl);
         }
     }
 #endif

@@ -53,6 +53,13 @@
 // rows) but served prefill 2,048 29.2k / 29.1k tok/s against 30.3k / 30.6k unfused (8,192: 22.1k /
 // 21.7k vs 22.9k / 22.2k): the longer epilogue cost more than the `swiglu` kernel it saved.
 //
+// Session 18: `linear_bf16_ws3` runs q, k and v (or gate and up) in one launch, each product's
+// tiles on its own raster and K split (WsParts), so each element is the single launch's
+// (tests/cuda_fused.rs at 2,048 rows, bit for bit). H200, ncu, 2,048 rows of llama3-8b: q/k/v
+// 176.7 us against 119.4 + 39.8 + 40.9 as three launches, gate/up 738.2 against 374.4 +
+// 368.7 (the 128-tile k and v launches each left 4 SMs idle and ended in their own tail).
+// `TENSORFOLD_WS_GROUP=0` launches them one by one.
+//
 // Everything here compiles to nothing below sm_90a (the host never picks it there).
 
 // TF_WS_DEPTH (a measurement knob): wgmma groups a consumer warpgroup keeps in flight, 1
@@ -122,20 +129,56 @@ __device__ __forceinline__ void ws_tensor_copy(u32 dst, const WsMap& map, u32 x,
 
 // What a CTA walks: its tiles, the k tiles of each, the stage ring position.
 struct WsGrid {
-    u32 n, k, rows, tf, tt, ktiles;
+    u32 k, rows, tiles, ktiles;
     u32 full, empty, sbase;  // shared addresses: full[s] = full + 8 s, likewise empty
     u32 stage_out;           // the consumers' epilogue staging (WS_EPI_BYTES each)
+};
+
+// A tile of a launch: its product's weight map, bias, output, features and K split, and the
+// tile's feature and token indices within that product.
+struct WsAt {
+    const WsMap* wmap;
+    const float* bias;
+    void* out;
+    u32 n, slice_len, slices, fi, ti;
+};
+
+// A launch's products, 1 to NP (3: q, k, v; 2: gate, up), all reading the same input: tiles
+// are numbered product after product, product j's ending at end[j]. Each product's tiles
+// walk its own raster and K split, so every element is the one-product launch's.
+template <int NP>
+struct WsParts {
+    const WsMap* w[3];
+    const float* bias[3];
+    void* out[3];
+    u32 n[3], slice_len[3], slices[3], end[3];
+    // Selects with constant indices only (an array indexed at run time would live in local
+    // memory).
+    template <typename T>
+    __device__ __forceinline__ static T pick(u32 j, const T (&v)[3]) {
+        return NP == 1 || j == 0 ? v[0] : (j == 1 ? v[1] : v[2]);
+    }
+    __device__ __forceinline__ WsAt at(u32 tile, u32 rows) const {
+        const u32 j = NP == 1 ? 0 : (tile < end[0] ? 0 : (tile < end[1] ? 1 : 2));
+        const u32 start = NP == 1 || j == 0 ? 0 : (j == 1 ? end[0] : end[1]);
+        WsAt a = {pick(j, w), pick(j, bias), pick(j, out), pick(j, n), pick(j, slice_len),
+                  pick(j, slices), 0, 0};
+        tile_raster_at(tile - start, a.n, rows, WS_BM, WS_BN, TF_WS_GROUP, a.fi, a.ti);
+        return a;
+    }
 };
 
 // The copy warp (its thread 0 issues): for every stage's k tile of this CTA's tiles, a free
 // stage, armed with the bytes to come (the 16 KiB sub-tiles of both operands, zero-filled by
 // the tensor copies past n, rows and K), then the copies.
-__device__ __forceinline__ void ws_copy(const WsGrid& G, const WsMap& wmap, const WsMap& xmap) {
+template <int NP>
+__device__ __forceinline__ void ws_copy(const WsGrid& G, const WsParts<NP>& P, const WsMap& xmap) {
     const u32 t = threadIdx.x;
     u32 it = 0;
-    for (u32 tile = blockIdx.x; tile < G.tf * G.tt; tile += gridDim.x) {
-        u32 fi, ti;
-        tile_raster_at(tile, G.n, G.rows, WS_BM, WS_BN, TF_WS_GROUP, fi, ti);
+    for (u32 tile = blockIdx.x; tile < G.tiles; tile += gridDim.x) {
+        const WsAt at = P.at(tile, G.rows);
+        const u32 fi = at.fi, ti = at.ti;
+        const WsMap& wmap = *at.wmap;
         for (u32 kt = 0; kt < G.ktiles; kt++, it++) {
             const u32 s = it % WS_STAGES, ph = (it / WS_STAGES) & 1;
             mbar_wait_parity(G.empty + 8 * s, ph ^ 1);
@@ -226,15 +269,16 @@ __device__ __forceinline__ void ws_wg_bar(u32 id) {
 // row r at chunk j ^ (r % 8)), then stored as whole 16-byte chunks of a token's features.
 // Needs n % 8 == 0 and a 16-byte aligned out (the caller checks): a chunk is all in or all
 // out of range. Same values as the direct stores; only the path to memory differs.
-__device__ __forceinline__ void ws_store_staged(const WsGrid& G, u32 cw, u32 stg, const float* tot,
-                                                u32 empty, const float* __restrict__ bias,
-                                                bf16* out, u32 n0, u32 t0) {
+__device__ __forceinline__ void ws_store_staged(const WsGrid& G, u32 n, u32 cw, u32 stg,
+                                                const float* tot, u32 empty,
+                                                const float* __restrict__ bias, bf16* out, u32 n0,
+                                                u32 t0) {
     const u32 t = threadIdx.x & 127, warp = t >> 5, lane = t & 31, g = lane >> 2;
     float b[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const u32 f = n0 + 64 * cw + 16 * warp + g + 8 * h;
-        if (bias && f < G.n) b[h] = bias[f];
+        if (bias && f < n) b[h] = bias[f];
     }
     u32 r[16][2];  // (token group i, half h): this lane's two tokens as bf16x2
 #pragma unroll
@@ -263,7 +307,7 @@ __device__ __forceinline__ void ws_store_staged(const WsGrid& G, u32 cw, u32 stg
         asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
                      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                      : "r"(stg + tok * 128 + ((ch ^ (tok & 7)) << 4)));
-        if (t0 + tok < G.rows && f < G.n) *(uint4*)(out + (u64)(t0 + tok) * G.n + f) = v;
+        if (t0 + tok < G.rows && f < n) *(uint4*)(out + (u64)(t0 + tok) * n + f) = v;
     }
 }
 
@@ -293,17 +337,21 @@ __device__ __forceinline__ void ws_tile_k_even(const WsGrid& G, WsChain& ch, u32
 }
 
 // A consumer warpgroup (cw = 0, 1: features 64 cw .. of each tile).
-__device__ __forceinline__ void ws_consume(const WsGrid& G, u32 cw, const float* __restrict__ bias,
-                                           void* out, int out_mode, u32 slice_len, u32 slices) {
+template <int NP>
+__device__ __forceinline__ void ws_consume(const WsGrid& G, const WsParts<NP>& P, u32 cw,
+                                           int out_mode) {
     const u32 warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const u32 row = 64 * cw + 16 * warp + g;
-    // bf16 outputs leave through the staging (whole 16-byte chunks); others element by element.
-    const bool staged = out_mode == 0 && G.n % 8 == 0 && ((u64)out & 15) == 0;
     WsChain ch;
     u32 it = 0;
-    for (u32 tile = blockIdx.x; tile < G.tf * G.tt; tile += gridDim.x) {
-        u32 fi, ti;
-        tile_raster_at(tile, G.n, G.rows, WS_BM, WS_BN, TF_WS_GROUP, fi, ti);
+    for (u32 tile = blockIdx.x; tile < G.tiles; tile += gridDim.x) {
+        const WsAt at = P.at(tile, G.rows);
+        const u32 fi = at.fi, ti = at.ti, n = at.n, slice_len = at.slice_len, slices = at.slices;
+        const float* __restrict__ bias = at.bias;
+        void* out = at.out;
+        // bf16 outputs leave through the staging (whole 16-byte chunks); others element by
+        // element.
+        const bool staged = out_mode == 0 && n % 8 == 0 && ((u64)out & 15) == 0;
 #pragma unroll
         for (int i = 0; i < 64; i++) ch.acc[i] = ch.tot[i] = 0.0f;
         ch.first = true;
@@ -323,7 +371,7 @@ __device__ __forceinline__ void ws_consume(const WsGrid& G, u32 cw, const float*
         const u32 empty = slices > used ? slices - used : 0;
         const u32 n0 = fi * WS_BM, t0 = ti * WS_BN;
         if (staged) {
-            ws_store_staged(G, cw, G.stage_out + cw * WS_EPI_BYTES, ch.tot, empty, bias,
+            ws_store_staged(G, n, cw, G.stage_out + cw * WS_EPI_BYTES, ch.tot, empty, bias,
                             (bf16*)out, n0, t0);
             continue;
         }
@@ -333,25 +381,23 @@ __device__ __forceinline__ void ws_consume(const WsGrid& G, u32 cw, const float*
             for (int j = 0; j < 4; j++) {
                 const u32 f = n0 + row + (j >= 2 ? 8 : 0);
                 const u32 tok = t0 + 8 * i + 2 * c + (j & 1);
-                if (f >= G.n || tok >= G.rows) continue;
+                if (f >= n || tok >= G.rows) continue;
                 float total = ch.tot[4 * i + j];
                 for (u32 s = 0; s < empty; s++) total += 0.0f;
-                store_linear(out, out_mode, (u64)tok * G.n + f, total, bias, f);
+                store_linear(out, out_mode, (u64)tok * n + f, total, bias, f);
             }
     }
 }
 
-__device__ __forceinline__ void ws_body(const WsMap& wmap, const WsMap& xmap,
-                                        const float* __restrict__ bias, void* out, int out_mode,
-                                        u32 n, u32 k, u32 rows, u32 slice_len, u32 slices) {
+template <int NP>
+__device__ __forceinline__ void ws_body(const WsParts<NP>& P, const WsMap& xmap, int out_mode,
+                                        u32 k, u32 rows) {
     extern __shared__ unsigned char ws_raw[];
     const u32 raw = (u32)__cvta_generic_to_shared(ws_raw);
     WsGrid G;
-    G.n = n;
     G.k = k;
     G.rows = rows;
-    G.tf = (n + WS_BM - 1) / WS_BM;
-    G.tt = (rows + WS_BN - 1) / WS_BN;
+    G.tiles = NP == 1 ? ((P.n[0] + WS_BM - 1) / WS_BM) * ((rows + WS_BN - 1) / WS_BN) : P.end[NP - 1];
     G.ktiles = (k + TF_WS_KT - 1) / TF_WS_KT;
     G.sbase = (raw + 1023) & ~1023u;
     G.full = G.sbase + WS_STAGES * WS_STAGE;
@@ -371,11 +417,11 @@ __device__ __forceinline__ void ws_body(const WsMap& wmap, const WsMap& xmap,
     const u32 wg = __shfl_sync(0xffffffffu, threadIdx.x >> 7, 0);
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;" ::: "memory");
-        if (threadIdx.x < 32) ws_copy(G, wmap, xmap);
+        if (threadIdx.x < 32) ws_copy<NP>(G, P, xmap);
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;" ::: "memory");
-    ws_consume(G, wg - 1, bias, out, out_mode, slice_len, slices);
+    ws_consume<NP>(G, P, wg - 1, out_mode);
 }
 #endif  // WG_ENABLED
 
@@ -389,7 +435,33 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     pdl_wait();
     pdl_launch();
 #if WG_ENABLED
-    ws_body(wmap, xmap, bias, out, out_mode, n, k, rows, slice_len, slices);
+    const WsParts<1> P = {{&wmap, &wmap, &wmap}, {bias, bias, bias}, {out, out, out}, {n, n, n},
+                          {slice_len, 0, 0},      {slices, 0, 0},     {0, 0, 0}};
+    ws_body<1>(P, xmap, out_mode, k, rows);
+#endif
+}
+
+// Three products of one input in one launch (q, k and v; gate and up with w2 = w1 and no
+// tiles of their own: n2 = 0), each product's elements as linear_bf16_ws computes them alone
+// (its own raster, K split, bias and output). One tail instead of three, and the short
+// products (k and v: 128 tiles at 2,048 rows, a wave of 132 SMs) fill the long one's last
+// wave. grid: min(all tiles, SMs); block 384; WS_SMEM.
+extern "C" __global__ void __launch_bounds__(384, 1)
+    linear_bf16_ws3(const __grid_constant__ WsMap w0, const __grid_constant__ WsMap w1,
+                    const __grid_constant__ WsMap w2, const __grid_constant__ WsMap xmap,
+                    const float* __restrict__ b0, const float* __restrict__ b1,
+                    const float* __restrict__ b2, void* o0, void* o1, void* o2, int out_mode,
+                    u32 n0, u32 n1, u32 n2, u32 len0, u32 len1, u32 len2, u32 sl0, u32 sl1,
+                    u32 sl2, u32 k, u32 rows) {
+    pdl_wait();
+    pdl_launch();
+#if WG_ENABLED
+    const u32 tt = (rows + WS_BN - 1) / WS_BN;
+    const u32 e0 = ((n0 + WS_BM - 1) / WS_BM) * tt, e1 = e0 + ((n1 + WS_BM - 1) / WS_BM) * tt;
+    const u32 e2 = e1 + ((n2 + WS_BM - 1) / WS_BM) * tt;
+    const WsParts<3> P = {{&w0, &w1, &w2}, {b0, b1, b2},       {o0, o1, o2},   {n0, n1, n2},
+                          {len0, len1, len2}, {sl0, sl1, sl2}, {e0, e1, e2}};
+    ws_body<3>(P, xmap, out_mode, k, rows);
 #endif
 }
 

@@ -148,6 +148,32 @@ fn decode_rows_equal_the_same_rows_of_a_prefill_call_bitwise() {
     }
 }
 
+/// Prefill rows whose block table outgrows the wgmma CTA's shared copy (4,096 ids: positions
+/// past 65,536 in blocks of 16) read the table from global memory: still the decode rows' bits.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the GPU machine"]
+fn prefill_rows_past_the_staged_table_equal_decode_rows() {
+    let g = gpu();
+    let mut rng = Rng::new(14);
+    let shape = (8, 2, 128);
+    let len = 66_000;
+    let mut kv = pool(&g, 2, shape.1, shape.2, len);
+    let s = seq(&g, &mut kv, &mut rng, shape, len);
+    let qw = s.heads * s.hd;
+    let (a, e) = (len - 200, len);
+    let chunk = run(&g, &kv, &s, a, e);
+    let bad: Vec<usize> = [a, a + 1, a + 63, a + 100, e - 1]
+        .into_iter()
+        .filter(|&p| {
+            bits(&run(&g, &kv, &s, p, p + 1)) != bits(&chunk[(p - a) * qw..(p - a + 1) * qw])
+        })
+        .collect();
+    // Control: neighbouring rows differ, so the comparison above can fail.
+    assert_ne!(bits(&chunk[..qw]), bits(&chunk[qw..2 * qw]), "control: rows alike");
+    println!("{shape:?}, rows {a}..{e} of {len}: decode rows differing from the chunk's: {bad:?}");
+    assert!(bad.is_empty(), "rows past the staged table differ from decode rows: {bad:?}");
+}
+
 /// Microseconds per decode attention call (llama3-8b: 32/8 heads of 128, one row), as the
 /// marginal cost of 32 more calls in a replayed CUDA graph (attention + combine). Prints only.
 #[test]

@@ -137,12 +137,14 @@ pub(crate) const fn attention_dec_smem(head_dim: usize, split: usize) -> u32 {
 pub(crate) const WG_ENTRY: &str = "attention_wg_hd128";
 pub(crate) const WG_THREADS: u32 = 256;
 const WG_MROWS: usize = 128;
+const WG_TABLE: usize = 4096;
 
 /// Dynamic shared memory of `attention_wg_hd128` (`AW_SMEM` in attention90.cu): q (128 M-rows
 /// of 128 bf16), two K and two V tiles of 64 positions, the split totals (64 floats a thread),
-/// 1 KiB to align the swizzled tiles.
+/// the row tile's block table (`WG_TABLE` ids, `AW_TBL`), 1 KiB to align the swizzled tiles.
 pub(crate) const fn attention_wg_smem() -> u32 {
-    (WG_MROWS * 128 * 2 + 4 * TK * 128 * 2 + 64 * WG_THREADS as usize * 4 + 1024) as u32
+    (WG_MROWS * 128 * 2 + 4 * TK * 128 * 2 + 64 * WG_THREADS as usize * 4 + WG_TABLE * 4 + 1024)
+        as u32
 }
 
 /// Whether walk mode takes the wgmma CTA for `rows` rows of `seqs` sequences: head_dim 128
@@ -321,7 +323,10 @@ fn launch(
         nsplit as u32,
     ];
     let group = a.heads / a.kv_heads;
-    let wg = !split_mode && wg_walk(be, a.head_dim, group, rows, batch.meta.seqs.len());
+    // The wgmma CTA finds a position's block by shifts: power-of-two blocks only (the pool's 16).
+    let wg = !split_mode
+        && g.block_size.is_power_of_two()
+        && wg_walk(be, a.head_dim, group, rows, batch.meta.seqs.len());
     let (name, smem) = if dec {
         (split_entry, attention_dec_smem(a.head_dim, split))
     } else if wg {

@@ -209,7 +209,7 @@ pub(crate) fn linear_group(
         false => ("linear_bf16_group", LINEAR_NT),
     };
     let Some(l) = group_launch(be, x, parts, nt)? else {
-        return parts.iter_mut().try_for_each(|p| linear::linear(be, x, p.w, p.bias, p.out));
+        return linear::linear_parts(be, x, parts);
     };
     let cfg = LaunchConfig {
         grid_dim: (l.grid_x, x.rows.div_ceil(8 * nt as usize) as u32, 1),
@@ -269,8 +269,11 @@ pub(crate) fn linear_swiglu(be: &CudaBackend, a: SwigluArgs<'_, CudaBackend>) ->
     let (name, nt) = variant("linear_bf16_swiglu", "linear_bf16_swiglu_d8", a.x.rows);
     let l = swiglu_launch(be, a.x, [a.gate_w, a.up_w], [&*a.gate, &*a.up, &*a.out], nt)?;
     let Some(l) = l else {
-        linear::linear(be, a.x, a.gate_w, None, a.gate)?;
-        linear::linear(be, a.x, a.up_w, None, a.up)?;
+        let mut parts = [
+            LinearPart { w: a.gate_w, bias: None, out: &mut *a.gate },
+            LinearPart { w: a.up_w, bias: None, out: &mut *a.up },
+        ];
+        linear::linear_parts(be, a.x, &mut parts)?;
         return ops::swiglu(be, a.gate, a.up, a.out);
     };
     let cfg = LaunchConfig {

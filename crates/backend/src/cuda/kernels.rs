@@ -224,6 +224,7 @@ pub(crate) const ENTRIES: &[Entry] = &[
     super::wgmma::wg_entry(super::wgmma::WG_SHAPES[0]),
     super::wgmma::wg_entry(super::wgmma::WG_SHAPES[1]),
     super::wgmma::wg_entry(super::wgmma::LINEAR_WS),
+    super::wgmma::WS3,
     super::wgmma::GATHER,
 ];
 

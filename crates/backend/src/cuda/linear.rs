@@ -21,7 +21,7 @@ use super::tensor::{dptr, CudaBatch, CudaTensor, CudaWeight};
 use super::wgmma::WsCall;
 use super::{CudaBackend, KArg};
 use crate::error::{BackendError, Result};
-use crate::ActDType;
+use crate::{ActDType, LinearPart};
 
 /// Warps wanted in flight per product on a large GPU: enough to stream weights at full
 /// bandwidth on a decode row (132 SMs x 16 warps on an H100/H200).
@@ -165,6 +165,16 @@ fn run_with(
     out: &mut CudaTensor,
     force: Option<Kernel>,
 ) -> Result<()> {
+    check(&p, out)?;
+    if p.rows > 0 {
+        launch(be, &p, out, force.unwrap_or(default_kernel(be, &p)))?;
+    }
+    out.rows = p.rows;
+    Ok(())
+}
+
+/// The shape checks of a product (its weight, input, output and bias).
+fn check(p: &Product<'_>, out: &CudaTensor) -> Result<()> {
     let (w, x, op) = (p.w, p.x, p.op);
     w.check_matrix(op)?;
     let (n, k) = (w.n, w.k);
@@ -193,16 +203,79 @@ fn run_with(
     if let Some(b) = p.bias {
         b.check_vector(op, n)?;
     }
-    if p.rows > 0 {
-        let default = if tiled_for(p.rows, n) {
-            prefill_config(be, p.rows, n, dptr(&w.buf, &be.stream))
-        } else {
-            Kernel::Streaming
-        };
-        launch(be, &p, out, force.unwrap_or(default))?;
-    }
-    out.rows = p.rows;
     Ok(())
+}
+
+/// The kernel a product takes unless forced: the streaming kernel for few rows, else the
+/// prefill kernel (`prefill_config`).
+fn default_kernel(be: &CudaBackend, p: &Product<'_>) -> Kernel {
+    match tiled_for(p.rows, p.w.n) {
+        true => prefill_config(be, p.rows, p.w.n, dptr(&p.w.buf, &be.stream)),
+        false => Kernel::Streaming,
+    }
+}
+
+/// Several products of one input (q, k and v; gate and up), each element linear_bf16's: one
+/// `linear_bf16_ws3` launch where every part would take `linear_bf16_ws` alone with a bf16
+/// output (prefill on sm_90a), else one launch a part. `TENSORFOLD_WS_GROUP=0` keeps one
+/// launch a part (A/B timing; the same bits either way).
+pub(crate) fn linear_parts(
+    be: &CudaBackend,
+    x: &CudaTensor,
+    parts: &mut [LinearPart<'_, CudaBackend>],
+) -> Result<()> {
+    static GROUP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *GROUP.get_or_init(|| std::env::var("TENSORFOLD_WS_GROUP").map_or(true, |v| v != "0"));
+    fn product<'a>(x: &'a CudaTensor, p: &'a LinearPart<'_, CudaBackend>) -> Product<'a> {
+        Product {
+            op: "linear",
+            x,
+            row_idx: 0,
+            rows: x.rows,
+            w: p.w,
+            bias: p.bias,
+            mode: OutMode::Bf16,
+        }
+    }
+    let grouped = on
+        && (2..=3).contains(&parts.len())
+        && x.rows > 0
+        && dptr(&x.buf, &be.stream).is_multiple_of(16)
+        && parts.iter().all(|p| {
+            p.out.dtype == ActDType::Bf16
+                && check(&product(x, p), p.out).is_ok()
+                && matches!(default_kernel(be, &product(x, p)), Kernel::Ws)
+        });
+    if !grouped {
+        return parts.iter_mut().try_for_each(|p| linear(be, x, p.w, p.bias, p.out));
+    }
+    let calls: Vec<WsCall> = parts.iter().map(|p| ws_call(be, &product(x, p), p.out)).collect();
+    super::wgmma::ws_launch_group(be, &calls)?;
+    for p in parts.iter_mut() {
+        p.out.rows = x.rows;
+    }
+    Ok(())
+}
+
+/// A product's `linear_bf16_ws` operands.
+fn ws_call(be: &CudaBackend, p: &Product<'_>, out: &CudaTensor) -> WsCall {
+    let (n, k) = (p.w.n, p.w.k);
+    let (slices, slice_len) = k_split(n, k);
+    let s = &be.stream;
+    WsCall {
+        op: p.op,
+        w: dptr(&p.w.buf, s),
+        x: dptr(&p.x.buf, s),
+        row_idx: p.row_idx,
+        bias: p.bias.map_or(0u64, |b| dptr(&b.buf, s)),
+        out: dptr(&out.buf, s),
+        out_mode: p.mode as i32,
+        n: n as u32,
+        k: k as u32,
+        rows: p.rows as u32,
+        slice_len,
+        slices,
+    }
 }
 
 /// The prefill kernel of a product of weight address `w` (speed only; every candidate gives
@@ -257,23 +330,7 @@ fn launch(be: &CudaBackend, p: &Product<'_>, out: &CudaTensor, kernel: Kernel) -
             extra = t.extra;
             (t.name, t.cfg)
         }
-        Kernel::Ws => {
-            let c = WsCall {
-                op: p.op,
-                w: wp,
-                x: xp,
-                row_idx: p.row_idx,
-                bias: bp,
-                out: op_,
-                out_mode: mode,
-                n: n32,
-                k: k32,
-                rows: r32,
-                slice_len,
-                slices,
-            };
-            return super::wgmma::ws_launch(be, &c);
-        }
+        Kernel::Ws => return super::wgmma::ws_launch(be, &ws_call(be, p, out)),
     };
     let mut args: Vec<KArg> = vec![
         wp.into(),

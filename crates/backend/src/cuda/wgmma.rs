@@ -172,6 +172,53 @@ pub(crate) fn ws_launch(be: &CudaBackend, c: &WsCall) -> Result<()> {
     be.launch(LINEAR_WS.name, cfg, &args)
 }
 
+/// `linear_bf16_ws3` (gemm90ws.cu): 2 or 3 products of one input in one launch (each part's
+/// elements as `ws_launch` alone gives them). The parts share the input (direct rows, 16-byte
+/// aligned: the caller checks), K, the row count and a bf16 output mode.
+pub(crate) fn ws_launch_group(be: &CudaBackend, calls: &[WsCall]) -> Result<()> {
+    let (Some(first), true) = (calls.first(), (2..=3).contains(&calls.len())) else {
+        return Err(BackendError::shape("linear_group", format!("{} parts", calls.len())));
+    };
+    let same = calls.iter().all(|c| {
+        c.x == first.x
+            && c.k == first.k
+            && c.rows == first.rows
+            && c.row_idx == 0
+            && c.out_mode == 0
+    });
+    if !same || !first.x.is_multiple_of(16) {
+        return Err(BackendError::shape("linear_group", "parts of one direct bf16 input"));
+    }
+    // A third part of no features where there are two: its map is the second's, never read.
+    let part = |j: usize| calls.get(j).unwrap_or(&calls[1]);
+    let n = |j: usize| if j < calls.len() { calls[j].n } else { 0 };
+    let tiles: usize = calls.iter().map(|c| (c.n as usize).div_ceil(WS_TILE)).sum::<usize>()
+        * (first.rows as usize).div_ceil(WS_TILE);
+    let cfg = LaunchConfig {
+        grid_dim: (tiles.min(be.sms.max(1)) as u32, 1, 1),
+        block_dim: (WS3.threads, 1, 1),
+        shared_mem_bytes: WS3.dyn_smem,
+    };
+    let mut args: Vec<KArg> = Vec::with_capacity(22);
+    for j in 0..3 {
+        let c = part(j);
+        args.push(KArg::Map(Arc::new(tile_map(c.op, "weight", c.w, c.n, c.k)?)));
+    }
+    args.push(KArg::Map(Arc::new(tile_map(first.op, "input", first.x, first.rows, first.k)?)));
+    args.extend((0..3).map(|j| KArg::from(part(j).bias)));
+    args.extend((0..3).map(|j| KArg::from(part(j).out)));
+    args.push(0i32.into());
+    args.extend((0..3).map(|j| KArg::from(n(j))));
+    args.extend((0..3).map(|j| KArg::from(part(j).slice_len)));
+    args.extend((0..3).map(|j| KArg::from(part(j).slices)));
+    args.extend([KArg::from(first.k), KArg::from(first.rows)]);
+    be.launch(WS3.name, cfg, &args)
+}
+
+/// The grouped entry (`linear_bf16_ws3`): `linear_bf16_ws`'s block and shared memory.
+pub(crate) const WS3: Entry =
+    Entry { name: "linear_bf16_ws3", family: FAMILY, threads: 384, dyn_smem: LINEAR_WS.smem };
+
 /// The tensor map `linear_bf16_ws` reads an operand through: bf16 `[rows][k]` row-major at
 /// `base` (16-byte aligned), boxes of 64 k x 128 rows in the 128-byte swizzle (the layout
 /// its wgmma descriptors name), zeros outside.
