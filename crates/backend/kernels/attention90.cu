@@ -41,7 +41,10 @@
 // bits (tests/cuda_attention.rs, check exact): 2,048 rows 298 -> 233 us a call, 8,192 rows
 // 3.9 -> 3.0 ms; served prefill 8,192 / 32,768 23.9k / 11.7k -> 26.2k / 13.9k tok/s. Also
 // measured then: skipping the causal compare on tiles wholly below the row (232 vs 233 us,
-// 2,978 vs 2,994 at 8,192; served 2,048 no faster): dropped.
+// 2,978 vs 2,994 at 8,192; served 2,048 no faster): dropped. Then a thread's four block ids
+// read before its first copy (aw_load_kv; the compiler kept each read behind the previous
+// copy, which writes shared memory where the ids are): 2,048 rows 233 -> 227 us, 8,192 rows
+// 2,990 -> 2,923 us, served 32,768 13.8k -> 14.1k tok/s, same bits.
 //
 // Everything here compiles to nothing below sm_90a (the host never picks it there).
 
@@ -128,13 +131,25 @@ struct AwTable {
 };
 
 // K (or V: gofs + plane) rows of KV tile t into a tile at shared address dst: position r's
-// 16-byte chunk c at half c / 8, swizzled row r; positions >= n zero (no pool read).
+// 16-byte chunk c at half c / 8, swizzled row r; positions >= n zero (no pool read). A thread
+// copies AW_KV_ROWS rows (the block is AW_THREADS); their block ids are all read before the
+// first copy (a copy writes shared memory, where the ids may be, so the compiler keeps every
+// read before it in program order).
+#define AW_KV_ROWS (TK * 16 / AW_THREADS)
 __device__ __forceinline__ void aw_load_kv(u32 dst, const bf16* pool, const AwTable& table, u32 t,
                                            u32 n, u64 base, u64 gofs) {
-    for (u32 i = threadIdx.x; i < TK * 16; i += AW_THREADS) {
-        const u32 r = i / 16, c = i % 16, j = t * TK + r;
+    const u32 c = threadIdx.x % 16;
+    u32 blk[AW_KV_ROWS];
+#pragma unroll
+    for (u32 q = 0; q < AW_KV_ROWS; q++) {
+        const u32 j = t * TK + (threadIdx.x + q * AW_THREADS) / 16;
+        blk[q] = j < n ? table.block(j) : 0;
+    }
+#pragma unroll
+    for (u32 q = 0; q < AW_KV_ROWS; q++) {
+        const u32 r = (threadIdx.x + q * AW_THREADS) / 16, j = t * TK + r;
         const bf16* src = pool;
-        if (j < n) src = pool + (u64)table.block(j) * base + gofs + (u64)table.slot(j) * 128 + c * 8;
+        if (j < n) src = pool + (u64)blk[q] * base + gofs + (u64)table.slot(j) * 128 + c * 8;
         cp_async16(dst + (c / 8) * AW_KHALF + wg_sw(r, c % 8), src, j < n);
     }
 }
