@@ -397,6 +397,8 @@ __device__ __forceinline__ void ws_body(const WsParts<NP>& P, const WsMap& xmap,
     WsGrid G;
     G.k = k;
     G.rows = rows;
+    // One product: the tile count from n and rows (its `end` is not filled in). The single
+    // launch measured as before WsParts with this form (session 18, ncu), whose SASS differs.
     G.tiles = NP == 1 ? ((P.n[0] + WS_BM - 1) / WS_BM) * ((rows + WS_BN - 1) / WS_BN) : P.end[NP - 1];
     G.ktiles = (k + TF_WS_KT - 1) / TF_WS_KT;
     G.sbase = (raw + 1023) & ~1023u;
@@ -436,7 +438,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     pdl_launch();
 #if WG_ENABLED
     const WsParts<1> P = {{&wmap, &wmap, &wmap}, {bias, bias, bias}, {out, out, out}, {n, n, n},
-                          {slice_len, 0, 0},      {slices, 0, 0},     {0, 0, 0}};
+                          {slice_len, 0, 0},      {slices, 0, 0},     {0, 0, 0}};  // end: unused
     ws_body<1>(P, xmap, out_mode, k, rows);
 #endif
 }

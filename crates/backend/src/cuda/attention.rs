@@ -404,7 +404,13 @@ pub(crate) fn read_kv(
 
 #[cfg(test)]
 mod tests {
-    use super::split_grid;
+    use super::{split_grid, WG_TABLE};
+
+    #[test]
+    fn the_wg_table_mirrors_the_kernel_source() {
+        let src = include_str!("../../kernels/attention90.cu");
+        assert!(src.contains(&format!("#define AW_TBL {WG_TABLE}\n")), "AW_TBL is not {WG_TABLE}");
+    }
 
     /// The bounded grid: two CTAs an SM over the call's (row, kv head) pairs, within
     /// 1..=nsplit; unbounded, one CTA per split of the pool.

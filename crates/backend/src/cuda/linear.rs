@@ -226,8 +226,9 @@ pub(crate) fn linear_parts(
 ) -> Result<()> {
     static GROUP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let on = *GROUP.get_or_init(|| std::env::var("TENSORFOLD_WS_GROUP").map_or(true, |v| v != "0"));
-    fn product<'a>(x: &'a CudaTensor, p: &'a LinearPart<'_, CudaBackend>) -> Product<'a> {
-        Product {
+    let products: Vec<Product<'_>> = parts
+        .iter()
+        .map(|p| Product {
             op: "linear",
             x,
             row_idx: 0,
@@ -235,21 +236,22 @@ pub(crate) fn linear_parts(
             w: p.w,
             bias: p.bias,
             mode: OutMode::Bf16,
-        }
-    }
+        })
+        .collect();
     let grouped = on
         && (2..=3).contains(&parts.len())
         && x.rows > 0
         && dptr(&x.buf, &be.stream).is_multiple_of(16)
-        && parts.iter().all(|p| {
+        && parts.iter().zip(&products).all(|(p, prod)| {
             p.out.dtype == ActDType::Bf16
-                && check(&product(x, p), p.out).is_ok()
-                && matches!(default_kernel(be, &product(x, p)), Kernel::Ws)
+                && check(prod, p.out).is_ok()
+                && matches!(default_kernel(be, prod), Kernel::Ws)
         });
     if !grouped {
         return parts.iter_mut().try_for_each(|p| linear(be, x, p.w, p.bias, p.out));
     }
-    let calls: Vec<WsCall> = parts.iter().map(|p| ws_call(be, &product(x, p), p.out)).collect();
+    let calls: Vec<WsCall> =
+        parts.iter().zip(&products).map(|(p, prod)| ws_call(be, prod, p.out)).collect();
     super::wgmma::ws_launch_group(be, &calls)?;
     for p in parts.iter_mut() {
         p.out.rows = x.rows;

@@ -216,8 +216,12 @@ pub(crate) fn ws_launch_group(be: &CudaBackend, calls: &[WsCall]) -> Result<()> 
 }
 
 /// The grouped entry (`linear_bf16_ws3`): `linear_bf16_ws`'s block and shared memory.
-pub(crate) const WS3: Entry =
-    Entry { name: "linear_bf16_ws3", family: FAMILY, threads: 384, dyn_smem: LINEAR_WS.smem };
+pub(crate) const WS3: Entry = Entry {
+    name: "linear_bf16_ws3",
+    family: FAMILY,
+    threads: LINEAR_WS.threads,
+    dyn_smem: LINEAR_WS.smem,
+};
 
 /// The tensor map `linear_bf16_ws` reads an operand through: bf16 `[rows][k]` row-major at
 /// `base` (16-byte aligned), boxes of 64 k x 128 rows in the 128-byte swizzle (the layout
