@@ -248,15 +248,16 @@ __device__ __forceinline__ void qk_tile(float (&s)[NB][4], const bf16* qs, u32 m
 
 // Row k (0: M-row lane / 4, 1: + 8) of tile t's scores: scaled, positions past prow masked to
 // NEG, in place; returns the row's maximum (over the quad of lanes that hold it).
+// `nb0`: the first of the tile's 8-position blocks that s holds (the decode CTA's spread).
 template <int NB>
 __device__ __forceinline__ float mask_max(float (&s)[NB][4], int k, u32 t, int prow, float scale,
-                                          u32 lane, float NEG) {
+                                          u32 lane, float NEG, int nb0 = 0) {
     float tmax = NEG;
 #pragma unroll
     for (int nb = 0; nb < NB; nb++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-            const int j = (int)(t * TK) + nb * 8 + (lane % 4) * 2 + e;
+            const int j = (int)(t * TK) + (nb0 + nb) * 8 + (lane % 4) * 2 + e;
             const float v = j <= prow ? __fmul_rn(s[nb][2 * k + e], scale) : NEG;
             s[nb][2 * k + e] = v;
             tmax = fmaxf(tmax, v);
@@ -265,19 +266,26 @@ __device__ __forceinline__ float mask_max(float (&s)[NB][4], int k, u32 t, int p
     return fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
 }
 
-// p = exp(s - mu) in place for row half k of a lane's S fragments (positions in order), and
-// the row's sum: the lane's in order, then over its quad (xor 1, then xor 2).
+// p = exp(s - mu) in place for row half k of a lane's S fragments (positions in order); with
+// `chain`, the lane's sum continued from `sum` over them in that order (else `sum` back).
 template <int NB>
-__device__ __forceinline__ float exp_sum(float (&s)[NB][4], int k, float mu) {
-    float sum = 0.0f;
+__device__ __forceinline__ float exp_chain(float (&s)[NB][4], int k, float mu, float sum, bool chain) {
 #pragma unroll
     for (int nb = 0; nb < NB; nb++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const float p = fexp(__fsub_rn(s[nb][2 * k + e], mu));
             s[nb][2 * k + e] = p;
-            sum = __fadd_rn(sum, p);
+            if (chain) sum = __fadd_rn(sum, p);
         }
+    return sum;
+}
+
+// p = exp(s - mu) in place for row half k of a lane's S fragments, and the row's sum: the
+// lane's in order from +0, then over its quad (xor 1, then xor 2).
+template <int NB>
+__device__ __forceinline__ float exp_sum(float (&s)[NB][4], int k, float mu) {
+    float sum = exp_chain<NB>(s, k, mu, 0.0f, true);
     sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
     return __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
 }

@@ -20,6 +20,21 @@
 #define DEC_VSEP (DT <= 2)
 #define DEC_KVT (DEC_VSEP ? 2 * DT : DT)
 #define DROWS 16
+// TF_DEC_SPREAD (1, the default; a knob through TENSORFOLD_KERNEL_DEFINES): the decode CTA's
+// WARPS warps share the split's DT tiles for QK and the softmax, WPT = WARPS / DT warps a tile,
+// each scoring NB / WPT of its 8-position blocks; 0: a warp a tile (warps past DT wait for P V).
+// Per element the same operations in the same order: a tile's maximum is a maximum (any
+// order), each weight and piece elementwise, and a row's sum the same chain over the lane's
+// columns, handed from part to part. H200 (session 19, llama3-8b decode, split 128: 2 warps a
+// tile): the split-0 CTA's QK 2.1-3.5k -> 1.0-1.3k cycles, softmax 3.8-6.5k -> 3.2-4.1k;
+// bench decode 201.0 vs 199.7 tok/s (mean of 3 alternated pairs). ncu of this CTA (one call):
+// 16 stall cycles an issued instruction, 6.4 of them waiting for instructions (its ~2,700-
+// instruction path is fetched as it runs); the k steps of QK and P V as loops (a third less
+// code) measured equal.
+#ifndef TF_DEC_SPREAD
+#define TF_DEC_SPREAD 1
+#endif
+#define WPT ((TF_DEC_SPREAD && DT < WARPS) ? WARPS / DT : 1)
 // TF_ATTN_TRACE=1 (a measurement build only, through TENSORFOLD_KERNEL_DEFINES): thread 0 of
 // the CTA of kv head 0, split 0, row tile 0 prints the SM clock between the phases of its
 // calls with loff 3 (layer 3 in the block-major pool): `attn-trace` lines of pdl wait, row
@@ -52,7 +67,8 @@
 // host reserves them in every build).
 template <int HD>
 __host__ __device__ constexpr u32 dec_smem() {
-    return (DEC_KVT * TK + DROWS) * (HD + 8) * 2 + DT * (TK / 16) * 3 * 4 * 32 * 4 + DT * DROWS * 2 * 4;
+    return (DEC_KVT * TK + DROWS) * (HD + 8) * 2 + DT * (TK / 16) * 3 * 4 * 32 * 4 +
+           DT * DROWS * (WPT + 1) * 4 + DT * 2 * 32 * 4;
 }
 
 #if DEC_TMA
@@ -121,6 +137,41 @@ __device__ __forceinline__ void prefetch_v(const bf16* pool, const u32* table, u
     }
 }
 
+// The decode CTA's P V 16-position step kk of one tile: the weight pieces' A registers (pr, as
+// the softmax warps left them) times V (vs) for this warp's dim pairs, pieces b0, b1, b2 in order.
+template <int HD, int MYP>
+__device__ __forceinline__ void pv_step(float (&o)[MYP][2][4], const u32* pr, const bf16* vs, int kk,
+                                        u32 warp, u32 lane) {
+    constexpr int LD = HD + 8, NP = HD / 16;
+    u32 a[3][4];
+#pragma unroll
+    for (int piece = 0; piece < 3; piece++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) a[piece][r] = pr[((kk * 3 + piece) * 4 + r) * 32 + lane];
+#pragma unroll
+    for (int i = 0; i < MYP; i++) {
+        const int dp = (int)warp + i * WARPS;
+        if (dp >= NP) continue;
+        u32 vb[4];
+        ldsm_x4_t(vb, vs + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * LD + dp * 16 + (lane / 16) * 8);
+#pragma unroll
+        for (int piece = 0; piece < 3; piece++) {
+            mma16816(o[i][0], a[piece][0], a[piece][1], a[piece][2], a[piece][3], vb[0], vb[1]);
+            mma16816(o[i][1], a[piece][0], a[piece][1], a[piece][2], a[piece][3], vb[2], vb[3]);
+        }
+    }
+}
+
+// `sum` continued over row half k of a lane's weights (positions in order).
+template <int NB>
+__device__ __forceinline__ float chain_sum(const float (&s)[NB][4], int k, float sum) {
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) sum = __fadd_rn(sum, s[nb][2 * k + e]);
+    return sum;
+}
+
 // `it`: how many splits this CTA computed before (TF_SPLIT_LOOP), the mbarriers' phase.
 // `early`: the caller has not waited for the previous kernel yet (DEC_EARLY): the rows written
 // by earlier calls are issued first, then this waits (pdl_wait, pdl_launch) and issues the rest.
@@ -128,6 +179,7 @@ template <int HD>
 __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, u32 it, long long* tr,
                            bool early = false) {
     constexpr int NB = TK / 8;
+    constexpr int NBW = NB / WPT;  // 8-position blocks a warp scores
     constexpr int LD = HD + 8;
     constexpr int NP = HD / 16;  // 16-wide dim pairs of the output
     constexpr int PF = (TK / 16) * 3 * 4 * 32;  // weight-piece words per tile
@@ -136,8 +188,9 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, u32 i
     bf16* vbuf = kv + (DEC_VSEP ? DT * TK * LD : 0);
     bf16* qs = kv + DEC_KVT * TK * LD;  // DROWS x LD
     u32* pf = (u32*)(qs + DROWS * LD);  // [tile][kk][piece][reg][lane]
-    float* tmx = (float*)(pf + DT * PF);  // [tile][M-row]
-    float* tsm = tmx + DT * DROWS;        // [tile][M-row]
+    float* tmx = (float*)(pf + DT * PF);  // [tile][part][M-row]
+    float* tsm = tmx + DT * WPT * DROWS;  // [tile][M-row]
+    float* chn = tsm + DT * DROWS;        // [tile][row half][lane]: a part's row-sum chain
 #if DEC_TMA
     u64* bars = (u64*)(smem_raw + dec_smem<HD>());  // K, V
     if (it == 0) {
@@ -196,21 +249,29 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, u32 i
 #endif
     __syncthreads();
     TRACE_AT(5);
-    // Scores of tile t0 + warp, masked and scaled; the tile maxima to shared memory.
-    float s[NB][4];
-    const u32 t = t0 + warp;
-    if (warp < nt) {
-        const bf16* ks = kv + warp * TK * LD;
+    // Scores of tile t0 + tw in warp part pw (its NBW 8-position blocks from pw NBW), masked
+    // and scaled; the parts' maxima to shared memory.
+    float s[NBW][4];
+    const u32 tw = warp / WPT, pw = warp % WPT, t = t0 + tw;
+    if (tw < nt) {
+        const bf16* ks = kv + (tw * TK + pw * NBW * 8) * LD;
 #pragma unroll
-        for (int nb = 0; nb < NB; nb++) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
-        qk_tile<HD, NB>(s, qs, 0, ks, lane);
+        for (int nb = 0; nb < NBW; nb++) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+        qk_tile<HD, NBW>(s, qs, 0, ks, lane);
 #pragma unroll
         for (int k = 0; k < 2; k++) {
-            const float tmax = mask_max<NB>(s, k, t, prow[k], A.scale, lane, NEG);
+            const float tmax = mask_max<NBW>(s, k, t, prow[k], A.scale, lane, NEG, pw * NBW);
             if (lane % 4 == 0) tmx[warp * DROWS + lane / 4 + 8 * k] = tmax;
         }
     }
-    __syncthreads();  // K is consumed: its buffers take V; the tile maxima are written
+    __syncthreads();  // K is consumed: its buffers take V; the parts' maxima are written
+    // Tile u's maximum of M-row mr: the maximum of its parts' (a maximum, so any order).
+    auto tile_max = [&](u32 u, u32 mr) {
+        float x = tmx[u * WPT * DROWS + mr];
+#pragma unroll
+        for (int q = 1; q < WPT; q++) x = fmaxf(x, tmx[(u * WPT + q) * DROWS + mr]);
+        return x;
+    };
     TRACE_AT(6);
     if (!DEC_VSEP) {
 #if DEC_TMA
@@ -222,29 +283,50 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, u32 i
 #endif
     }
     TRACE_AT(7);
-    // Weights of tile t0 + warp: the running max (attend()'s chain up to this tile), p, row sums.
-    if (warp < nt) {
+    // Weights of tile t0 + tw: the running max (attend()'s chain up to this tile), p of this
+    // part's blocks and their bf16 pieces (16-position steps pw NBW / 2 ..). A row's sum is
+    // exp_sum's chain: the lane's columns in order across the parts (part q continues part
+    // q - 1's partial, handed over in shared memory), then the quad butterfly in the last.
+    float psum[2];
+    if (tw < nt) {
 #pragma unroll
         for (int k = 0; k < 2; k++) {
             const u32 mr = lane / 4 + 8 * k;
             float m = NEG, mn = NEG;
-            for (u32 w = 0; w <= warp; w++) {
-                mn = fmaxf(m, tmx[w * DROWS + mr]);
-                if (w < warp) m = mn;
+            for (u32 w = 0; w <= tw; w++) {
+                mn = fmaxf(m, tile_max(w, mr));
+                if (w < tw) m = mn;
             }
             const float mu = mn == NEG ? 0.0f : mn;
-            const float sum = exp_sum<NB>(s, k, mu);
-            if (lane % 4 == 0) tsm[warp * DROWS + mr] = sum;
+            psum[k] = exp_chain<NBW>(s, k, mu, 0.0f, pw == 0);
         }
-        u32* pw = pf + warp * PF;
+        u32* pp = pf + tw * PF;
 #pragma unroll
-        for (int kk = 0; kk < TK / 16; kk++) {
+        for (int kl = 0; kl < NBW / 2; kl++) {
+            const int kk = (int)pw * (NBW / 2) + kl;
             u32 a[4][3];
-            split_step<NB>(s, kk, a);
+            split_step<NBW>(s, kl, a);
 #pragma unroll
             for (int piece = 0; piece < 3; piece++)
 #pragma unroll
-                for (int r = 0; r < 4; r++) pw[((kk * 3 + piece) * 4 + r) * 32 + lane] = a[r][piece];
+                for (int r = 0; r < 4; r++) pp[((kk * 3 + piece) * 4 + r) * 32 + lane] = a[r][piece];
+        }
+    }
+#pragma unroll
+    for (int q = 1; q < WPT; q++) {
+        if (tw < nt && pw == q - 1) chn[(tw * 2 + 0) * 32 + lane] = psum[0], chn[(tw * 2 + 1) * 32 + lane] = psum[1];
+        __syncthreads();
+        if (tw < nt && pw == q) {
+#pragma unroll
+            for (int k = 0; k < 2; k++) psum[k] = chain_sum<NBW>(s, k, chn[(tw * 2 + k) * 32 + lane]);
+        }
+    }
+    if (tw < nt && pw == WPT - 1) {
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            float sum = __fadd_rn(psum[k], __shfl_xor_sync(0xffffffffu, psum[k], 1));
+            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+            if (lane % 4 == 0) tsm[tw * DROWS + lane / 4 + 8 * k] = sum;
         }
     }
     TRACE_AT(8);
@@ -268,7 +350,7 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, u32 i
 #pragma unroll
         for (int k = 0; k < 2; k++) {
             const u32 mr = lane / 4 + 8 * k;
-            const float mn = fmaxf(m[k], tmx[u * DROWS + mr]);
+            const float mn = fmaxf(m[k], tile_max(u, mr));
             const float mu = mn == NEG ? 0.0f : mn;
             alpha[k] = fexp(__fsub_rn(m[k], mu));
             l[k] = __fadd_rn(__fmul_rn(l[k], alpha[k]), tsm[u * DROWS + mr]);
@@ -286,25 +368,7 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, u32 i
         const bf16* vs = vbuf + u * TK * LD;
         const u32* pr = pf + u * PF;
 #pragma unroll
-        for (int kk = 0; kk < TK / 16; kk++) {
-            u32 a[3][4];
-#pragma unroll
-            for (int piece = 0; piece < 3; piece++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) a[piece][r] = pr[((kk * 3 + piece) * 4 + r) * 32 + lane];
-#pragma unroll
-            for (int i = 0; i < MYP; i++) {
-                const int dp = (int)warp + i * WARPS;
-                if (dp >= NP) continue;
-                u32 vb[4];
-                ldsm_x4_t(vb, vs + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * LD + dp * 16 + (lane / 16) * 8);
-#pragma unroll
-                for (int piece = 0; piece < 3; piece++) {
-                    mma16816(o[i][0], a[piece][0], a[piece][1], a[piece][2], a[piece][3], vb[0], vb[1]);
-                    mma16816(o[i][1], a[piece][0], a[piece][1], a[piece][2], a[piece][3], vb[2], vb[3]);
-                }
-            }
-        }
+        for (int kk = 0; kk < TK / 16; kk++) pv_step<HD, MYP>(o, pr, vs, kk, warp, lane);
     }
     TRACE_AT(10);
     // Write: the output (a row needing one split) or the split's partial, as attend().

@@ -45,7 +45,8 @@
 // prefetch.global.L2 of its rows past the first buffer: 165; attention_combine letting the o
 // product launch before its own wait, so o's CTAs and first loads overlap attention: 193 (vs
 // 202.6). Attention is latency-bound on its KV loads, and any traffic beside it slows it more
-// than o gains.
+// than o gains. Session 19: both register buffers of the first job issued before pdl_wait()
+// (16 of o's 33.5 MB, not 8): 195.5 vs 199.7 tok/s (3 alternated pairs).
 //
 // Several entry points compute it: linear_bf16 (here: operands straight from global memory, K
 // slices on warps; for decode and small batches) and, for prefill, linear_bf16_tiled

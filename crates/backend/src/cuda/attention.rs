@@ -107,6 +107,8 @@ const PARTIAL_BUDGET: usize = 256 << 20;
 
 /// Query M-rows of a decode CTA (`DROWS` in attention.cu).
 const DROWS: usize = 16;
+/// Warps of a decode CTA (`WARPS`), the most that share a KV tile (`WPT` in attention_dec.cu).
+const DEC_WARPS: usize = 4;
 
 /// Dynamic shared memory of the attention kernel for `head_dim`: q, then K and V tiles of
 /// `head_dim + 8` bf16 per row, two of each up to head_dim 128 (`TF_ATTN_DB` in attention.cu;
@@ -126,7 +128,8 @@ pub(crate) const fn attention_dec_smem(head_dim: usize, split: usize) -> u32 {
     let buffers = if tiles <= 2 { 2 * tiles } else { tiles };
     let dec = (buffers * TK + DROWS) * (head_dim + 8) * 2
         + tiles * (TK / 16) * 3 * 4 * 32 * 4
-        + tiles * DROWS * 2 * 4
+        + tiles * DROWS * (DEC_WARPS + 1) * 4
+        + tiles * 2 * 32 * 4
         + 16;
     let all = attention_smem(head_dim) as usize;
     (if dec > all { dec } else { all }) as u32
