@@ -103,11 +103,14 @@ __device__ __forceinline__ void load_kv_bulk(bf16* dst, const bf16* pool, const 
 // TF_DEC_EARLY (default 1; with TF_DEC_TMA on sm_90, not with TF_SPLIT_LOOP): a decode CTA
 // issues the bulk copies of KV rows written by earlier calls BEFORE pdl_wait(), so they overlap
 // the kernel before it, when the host says (mode bit 1) that this kernel was rope_kv_store or
-// kv_store of this call's rows and layer (`CudaBackend::kv_written`). Safe because (1) that
-// predecessor calls pdl_launch() only after its own pdl_wait(), so every kernel before it has
-// completed when this CTA starts, and (2) it writes KV only at this call's rows' positions:
-// the rows below the smallest position this call has for the sequence (`call_first`) hold
-// what earlier launches wrote; those at or past it are copied after the wait.
+// kv_store of this call's rows and layer (`CudaBackend::kv_written`). Safe because the rows
+// below the smallest position this call has for the sequence (`call_first`) are final before
+// the step's first kernel: (1) only this layer's KV store writes this layer's rows, and it
+// writes only this call's rows' positions (those at or past call_first, copied after the
+// wait); (2) the previous step has completed when any kernel of this one runs past its own
+// launch (the step's first kernels wait before they let the next launch). rope_kv_store lets
+// this kernel launch before its own wait (rope.cu's TF_ROPE_TRIGGER), so the copies may start
+// while the q/k/v product still runs; kv_store triggers after its wait.
 // The metadata read before the wait (positions, row and block tables) is written by the host
 // before the step. The same rows land in the same places, so no value changes.
 #ifndef TF_DEC_EARLY

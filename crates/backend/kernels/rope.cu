@@ -23,6 +23,15 @@
 #ifndef TF_ROPE_EARLY
 #define TF_ROPE_EARLY 0
 #endif
+// TF_ROPE_TRIGGER (1, the default): rope_kv_store lets the next kernel (the decode attention)
+// launch before its own wait, so the attention CTAs' early KV copies (attention_dec.cu's
+// TF_DEC_EARLY: rows below the call's positions, final since the step began) start during the
+// q/k/v product's tail instead of after it. Every kernel still waits for the one before it;
+// speed only. H200 (session 19, bench decode, 3 alternated pairs): 206.6 vs 203.6 tok/s; check
+// exact fingerprints unchanged. 0: the trigger after the wait.
+#ifndef TF_ROPE_TRIGGER
+#define TF_ROPE_TRIGGER 1
+#endif
 
 extern "C" __global__ void __launch_bounds__(256) rope(
     void* x, int x_f32, const bf16* __restrict__ table, const u32* __restrict__ positions,
@@ -77,9 +86,10 @@ extern "C" __global__ void __launch_bounds__(256) rope_kv_store(
     // TF_ROPE_EARLY=1: the row's position and block come from the step's metadata, which the
     // host wrote before the step's first kernel and no kernel writes, so they may be read
     // before the wait (as attention's DEC_EARLY does). Speed only; a measurement knob.
+    if (TF_ROPE_TRIGGER) pdl_launch();
     if (!TF_ROPE_EARLY) {
         pdl_wait();
-        pdl_launch();
+        if (!TF_ROPE_TRIGGER) pdl_launch();
     }
     const u32 r = blockIdx.x, half = hd / 2;
     const u32 pos = positions[r];
@@ -87,7 +97,7 @@ extern "C" __global__ void __launch_bounds__(256) rope_kv_store(
     const u64 blk = tables[row_table[r] + pos / bs];
     if (TF_ROPE_EARLY) {
         pdl_wait();
-        pdl_launch();
+        if (!TF_ROPE_TRIGGER) pdl_launch();
     }
     const u32 slot = pos % bs;
     const u64 plane = (u64)kvh * bs * hd;
