@@ -109,8 +109,9 @@ __device__ __forceinline__ void load_kv_bulk(bf16* dst, const bf16* pool, const 
 // writes only this call's rows' positions (those at or past call_first, copied after the
 // wait); (2) the previous step has completed when any kernel of this one runs past its own
 // launch (the step's first kernels wait before they let the next launch). rope_kv_store lets
-// this kernel launch before its own wait (rope.cu's TF_ROPE_TRIGGER), so the copies may start
-// while the q/k/v product still runs; kv_store triggers after its wait.
+// this kernel launch before its own wait when it takes these copies (rope.cu's
+// `trigger_first`), so they may start while the q/k/v product still runs; kv_store triggers
+// after its wait.
 // The metadata read before the wait (positions, row and block tables) is written by the host
 // before the step. The same rows land in the same places, so no value changes.
 #ifndef TF_DEC_EARLY

@@ -23,12 +23,15 @@
 #ifndef TF_ROPE_EARLY
 #define TF_ROPE_EARLY 0
 #endif
-// TF_ROPE_TRIGGER (1, the default): rope_kv_store lets the next kernel (the decode attention)
-// launch before its own wait, so the attention CTAs' early KV copies (attention_dec.cu's
+// `trigger_first` (the host's: the attention after this launch takes the decode entries in
+// split mode on sm_90, `attention::copies_early`): rope_kv_store lets the next kernel launch
+// before its own wait, so the attention CTAs' early KV copies (attention_dec.cu's
 // TF_DEC_EARLY: rows below the call's positions, final since the step began) start during the
 // q/k/v product's tail instead of after it. Every kernel still waits for the one before it;
-// speed only. H200 (session 19, bench decode, 3 alternated pairs): 206.6 vs 203.6 tok/s; check
-// exact fingerprints unchanged. 0: the trigger after the wait.
+// speed only. H200 (session 19, bench decode, 3 alternated pairs, then every call): 206.6 vs
+// 203.6 tok/s; check exact fingerprints unchanged. Other calls trigger after the wait (a walk
+// CTA can do nothing before its wait; launched early it only holds an SM's registers).
+// TF_ROPE_TRIGGER=0 (a knob): never first.
 #ifndef TF_ROPE_TRIGGER
 #define TF_ROPE_TRIGGER 1
 #endif
@@ -82,14 +85,15 @@ extern "C" __global__ void __launch_bounds__(256) rope_kv_store(
     bf16* q, bf16* k, const bf16* __restrict__ v, const bf16* __restrict__ table,
     const u32* __restrict__ positions, u32 heads, u32 kvh, u32 hd, int interleaved,
     bf16* __restrict__ pool, const u32* __restrict__ row_table, const u32* __restrict__ tables,
-    u32 bstride, u32 loff, u32 bs) {
+    u32 bstride, u32 loff, u32 bs, int trigger_first) {
     // TF_ROPE_EARLY=1: the row's position and block come from the step's metadata, which the
     // host wrote before the step's first kernel and no kernel writes, so they may be read
     // before the wait (as attention's DEC_EARLY does). Speed only; a measurement knob.
-    if (TF_ROPE_TRIGGER) pdl_launch();
+    const bool early_launch = TF_ROPE_TRIGGER && trigger_first;
+    if (early_launch) pdl_launch();
     if (!TF_ROPE_EARLY) {
         pdl_wait();
-        if (!TF_ROPE_TRIGGER) pdl_launch();
+        if (!early_launch) pdl_launch();
     }
     const u32 r = blockIdx.x, half = hd / 2;
     const u32 pos = positions[r];
@@ -97,7 +101,7 @@ extern "C" __global__ void __launch_bounds__(256) rope_kv_store(
     const u64 blk = tables[row_table[r] + pos / bs];
     if (TF_ROPE_EARLY) {
         pdl_wait();
-        if (!TF_ROPE_TRIGGER) pdl_launch();
+        if (!early_launch) pdl_launch();
     }
     const u32 slot = pos % bs;
     const u64 plane = (u64)kvh * bs * hd;

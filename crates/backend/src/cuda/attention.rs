@@ -166,6 +166,21 @@ fn wg_walk(be: &CudaBackend, head_dim: usize, group: usize, rows: usize, seqs: u
         && *ON.get_or_init(|| std::env::var("TENSORFOLD_ATTN_WG").map_or(true, |v| v != "0"))
 }
 
+/// Whether an attention call of `rows` rows over `g` with `heads` query heads runs the decode
+/// entries in split mode on an sm_90 GPU, whose CTAs copy older KV rows before their wait
+/// (`TF_DEC_EARLY`): then rope_kv_store lets it launch before its own wait (rope.cu).
+pub(crate) fn copies_early(be: &CudaBackend, g: &KvGeometry, heads: usize, rows: usize) -> bool {
+    let Ok((walk_entry, split_entry)) = entry_for(g.head_dim) else { return false };
+    let Ok(split) = split_len() else { return false };
+    let (split_rows, nsplit) = split_plan(g, heads, split);
+    let split_mode = rows <= split_rows && nsplit > 1;
+    split_mode
+        && decode_entries_enabled()
+        && split_entry != walk_entry
+        && !split_loop()
+        && super::wgmma::runs_on(be.arch())
+}
+
 /// The entry points for `head_dim`: (one CTA walks every split, split mode). head_dim 256
 /// has no decode entry (its KV tiles of a split do not fit in shared memory): split mode
 /// runs the general kernel, one split per CTA.

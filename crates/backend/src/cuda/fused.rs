@@ -330,6 +330,8 @@ pub(crate) fn rope_kv_store(be: &CudaBackend, a: RopeKvArgs<'_, CudaBackend>) ->
     let (bstride, loff) = kv.region("rope_kv_store", a.layer)?;
     let dims = [bstride, loff, g.block_size as u32];
     args.extend(dims.map(KArg::U32));
+    let first = super::attention::copies_early(be, &g, a.heads, rows);
+    args.push(KArg::I32(first as i32));
     // A decode row is latency-bound in one CTA: its units go over several.
     let grid = (u("rows", rows)?, rope_kv_parts(a.heads, a.kv_heads, head_dim), 1);
     be.launch("rope_kv_store", ops::cfg(grid, ROPE_KV_THREADS), &args)?;
