@@ -6,7 +6,7 @@
 #   .gpu/torch_peer.py     ../shared/peers/torch_peer.py
 #   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
-#        bench products ab attnab s8ab s11ab peer serve conc big summary
+#        bench products ab attnab s8ab s11ab peer serve conc concab big summary
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -142,6 +142,15 @@ stage_s11ab() {
   done
 }
 stage_summary() { python3 tools/gpu/summary.py "$OUTD"; }
+# Session 19's open question: 16 / 64 streams with and without the decode CTA's spread and
+# rope's early trigger, alternated twice (one burst a level is noisy).
+stage_concab() {
+  for r in 1 2; do
+    for d in X=1 TF_ROPE_TRIGGER=0 TF_DEC_SPREAD=0; do
+      echo "-- $d"; TENSORFOLD_KERNEL_DEFINES=$d stage_conc 2>&1 | grep -E "^level|equal"
+    done
+  done
+}
 stage_serve() {
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
   python3 tools/bench_concurrent.py --levels 1,4,16 --alone --serial --max-tokens 32 \
