@@ -318,7 +318,10 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, u32 i
     }
 #pragma unroll
     for (int q = 1; q < WPT; q++) {
-        if (tw < nt && pw == q - 1) chn[(tw * 2 + 0) * 32 + lane] = psum[0], chn[(tw * 2 + 1) * 32 + lane] = psum[1];
+        if (tw < nt && pw == q - 1) {
+#pragma unroll
+            for (int k = 0; k < 2; k++) chn[(tw * 2 + k) * 32 + lane] = psum[k];
+        }
         __syncthreads();
         if (tw < nt && pw == q) {
 #pragma unroll

@@ -170,15 +170,34 @@ fn wg_walk(be: &CudaBackend, head_dim: usize, group: usize, rows: usize, seqs: u
 /// entries in split mode on an sm_90 GPU, whose CTAs copy older KV rows before their wait
 /// (`TF_DEC_EARLY`): then rope_kv_store lets it launch before its own wait (rope.cu).
 pub(crate) fn copies_early(be: &CudaBackend, g: &KvGeometry, heads: usize, rows: usize) -> bool {
-    let Ok((walk_entry, split_entry)) = entry_for(g.head_dim) else { return false };
-    let Ok(split) = split_len() else { return false };
-    let (split_rows, nsplit) = split_plan(g, heads, split);
-    let split_mode = rows <= split_rows && nsplit > 1;
-    split_mode
-        && decode_entries_enabled()
-        && split_entry != walk_entry
-        && !split_loop()
-        && super::wgmma::runs_on(be.arch())
+    let dec = entry_for(g.head_dim).and_then(|e| Ok(Plan::of(g, heads, rows, e)?.dec));
+    dec.unwrap_or(false) && !split_loop() && super::wgmma::runs_on(be.arch())
+}
+
+/// How a call of `rows` rows runs: in split mode (one CTA per split, then the combine) when
+/// its partials fit (`split_rows`, of `nsplit` splits a row), and then on the decode entries
+/// (`dec`) unless `TENSORFOLD_DECODE_ATTN=0` or the head shape has none.
+struct Plan {
+    split: usize,
+    split_rows: usize,
+    nsplit: usize,
+    split_mode: bool,
+    dec: bool,
+}
+
+impl Plan {
+    fn of(
+        g: &KvGeometry,
+        heads: usize,
+        rows: usize,
+        (walk_entry, split_entry): (&str, &str),
+    ) -> Result<Plan> {
+        let split = split_len()?;
+        let (split_rows, nsplit) = split_plan(g, heads, split);
+        let split_mode = rows <= split_rows && nsplit > 1;
+        let dec = split_mode && decode_entries_enabled() && split_entry != walk_entry;
+        Ok(Plan { split, split_rows, nsplit, split_mode, dec })
+    }
 }
 
 /// The entry points for `head_dim`: (one CTA walks every split, split mode). head_dim 256
@@ -307,10 +326,8 @@ fn launch(
     (walk_entry, split_entry): (&'static str, &'static str),
 ) -> Result<()> {
     let g = &a.kv.geom;
-    let split = split_len()?;
-    let (split_rows, nsplit) = split_plan(g, a.heads, split);
-    let split_mode = rows <= split_rows && nsplit > 1;
-    let dec = split_mode && decode_entries_enabled() && split_entry != walk_entry;
+    let Plan { split, split_rows, nsplit, split_mode, dec } =
+        Plan::of(g, a.heads, rows, (walk_entry, split_entry))?;
     let part = if split_mode {
         partials(be, split_rows * a.heads * nsplit * (a.head_dim + 2))?
     } else {
@@ -422,12 +439,22 @@ pub(crate) fn read_kv(
 
 #[cfg(test)]
 mod tests {
-    use super::{split_grid, WG_TABLE};
+    use super::{split_grid, DEC_WARPS, DROWS, WG_TABLE};
 
     #[test]
     fn the_wg_table_mirrors_the_kernel_source() {
         let src = include_str!("../../kernels/attention90.cu");
         assert!(src.contains(&format!("#define AW_TBL {WG_TABLE}\n")), "AW_TBL is not {WG_TABLE}");
+    }
+
+    /// `attention_dec_smem` sizes the decode CTA's tile maxima for `DEC_WARPS` parts a tile
+    /// and its q for `DROWS` rows: the kernel's WARPS and DROWS.
+    #[test]
+    fn the_decode_cta_shape_mirrors_the_kernel_source() {
+        let src = include_str!("../../kernels/attention.cu");
+        assert!(src.contains(&format!("#define WARPS {DEC_WARPS}\n")), "WARPS is not {DEC_WARPS}");
+        let dec = include_str!("../../kernels/attention_dec.cu");
+        assert!(dec.contains(&format!("#define DROWS {DROWS}\n")), "DROWS is not {DROWS}");
     }
 
     /// The bounded grid: two CTAs an SM over the call's (row, kv head) pairs, within
