@@ -60,11 +60,29 @@
 // (tests/cuda_fused.rs compares them with the separate launches bit for bit); linear_norm.cu's
 // entries run the same bodies after an add + RMSNorm prologue (tests/cuda_fused_norm.rs).
 
+// TF_L2_128 (1, the default; a knob through TENSORFOLD_KERNEL_DEFINES): the weight loads ask
+// L2 to fetch the whole 128-byte line (`.L2::128B`). A warp's load covers 64 bytes of each of
+// 8 rows; the other half of each line is the next super-step's load, which then finds it in
+// L2. Only the timing of the same loads changes. H200, session 20, tools/gpu/loadbw.py (this
+// load pattern alone, register buffers of 4 super-steps, 256-thread CTAs): llama3-8b gate/up
+// (235 MB, 4 slices) 3.91 -> 4.23 TB/s, with one slice 3.32 -> 4.13, the 33B geometry's
+// gate/up (631 MB) 3.85 -> 4.33; `.L2::256B` 4.11 / 3.95 / 4.23; loads of 4 rows x 128 bytes
+// (which would need shuffles to the mma layout) 4.30 / 4.22 / 4.50; a copy's flat reads 4.35 /
+// 4.15 / 4.55. Served (bench decode, 3 alternated pairs): llama3-8b 211.2 / 209.5 / 213.1
+// against 203.8 / 204.3 / 204.8 tok/s; the 33B geometry 56.9 / 57.0 against 53.5 / 53.5.
+#ifndef TF_L2_128
+#define TF_L2_128 1
+#endif
 // 16 bytes of weights at p: streamed once, not kept in L1.
 __device__ __forceinline__ uint4 ld_stream16(const bf16* p) {
     uint4 v;
+#if TF_L2_128
+    asm("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+#else
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+#endif
     return v;
 }
 // Whether a lane loads its activations as its two 4-k runs (two 8-byte loads, no shuffle; 1,

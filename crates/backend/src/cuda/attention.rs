@@ -24,7 +24,9 @@
 //! 28.2 / 29.0 / 33.3 with the general entry (session 5).
 //! Rejected: the merge done by the last split CTA to finish (an atomic counter per row tile,
 //! no combine launch): 11.4 / 20.5 / 22.0 / 27.1 us, slower past one split, as its serial
-//! partial reads from L2 cost more than the launch they save; splits of 64 positions (faster
+//! partial reads from L2 cost more than the launch they save (session 20 again, on the
+//! decode CTA, four merges a thread at once, the o product triggered at the grid's end:
+//! exact, but bench decode -3.6%, -10% at 2,000 positions); splits of 64 positions (faster
 //! to 1,024 positions, 25.5 us at 4,096: two waves of CTAs); 8-warp decode CTAs (the general
 //! path they also run for larger row tiles is written for 4); a layer-major pool
 //! (`TENSORFOLD_KV_LAYOUT=layer`: same decode speed, so a split's blocks lying 2 MB apart was

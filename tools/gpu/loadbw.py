@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Read bandwidth of the decode products' weight-load pattern (tools/gpu/loadbw.cu) on the
+shapes of llama3-8b and the 33B geometry, beside a copy: the measurement behind linear.cu's
+`TF_L2_128` (session 20, docs/bench/2026-12-04-h200.md).
+
+    python3 tools/gpu/loadbw.py --build OUT.cubin   # on the CPU machine: NVRTC from the pip
+                                                    # wheel (scripts/nvrtc-wheels.sh), sm_90a
+    python3 tools/gpu/loadbw.py OUT.cubin           # on the GPU machine: PyTorch + libcuda
+
+Each kernel runs 3 warm-ups and 20 timed launches (CUDA events) over rotating copies of the
+matrix, so no launch finds its weights in L2. Prints one line per (shape, kernel): MB, us,
+TB/s. Prints only; asserts nothing about speed.
+"""
+import ctypes
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KERNELS = ["rd_8_4_0", "rd_8_4_1", "rd_8_4_2", "rd_8_4_3", "rd_4_4_0", "rd_4_4_1", "rd_2_4_0",
+           "rd_8_2_1", "rd_8_8_1", "rd_flat"]
+# name: (rows, k, slices), the slices linear::k_split gives the shape.
+SHAPES = {"8B gate/up": (28672, 4096, 4), "8B gate/up s1": (28672, 4096, 1),
+          "8B o": (4096, 4096, 8), "8B q/k/v": (6144, 4096, 8),
+          "33B gate/up": (44032, 7168, 2), "33B down": (7168, 22016, 8)}
+POOL = 640 << 20
+
+
+def build(out: str) -> int:
+    lib_dir = os.path.join(os.environ.get("TENSORFOLD_CACHE", os.path.join(ROOT, ".cache")),
+                           "nvrtc/nvidia/cu13/lib")
+    for name in sorted(os.listdir(lib_dir)):
+        if name.startswith("libnvrtc-builtins.so"):
+            ctypes.CDLL(os.path.join(lib_dir, name), mode=ctypes.RTLD_GLOBAL)
+            break
+    lib = ctypes.CDLL(os.path.join(lib_dir, "libnvrtc.so.13"))
+    with open(os.path.join(ROOT, "tools/gpu/loadbw.cu"), "rb") as f:
+        src = f.read()
+    prog = ctypes.c_void_p()
+    lib.nvrtcCreateProgram(ctypes.byref(prog), src, b"loadbw.cu", 0, None, None)
+    opts = [b"--gpu-architecture=sm_90a", b"--std=c++17"]
+    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(prog, log)
+    if rc != 0:
+        print(log.value.decode(), file=sys.stderr)
+        return 1
+    lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
+    cubin = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetCUBIN(prog, cubin)
+    with open(out, "wb") as f:
+        f.write(cubin.raw)
+    return 0
+
+
+def run(path: str) -> int:
+    import torch
+
+    cu = ctypes.CDLL("libcuda.so.1")
+    torch.zeros(1, device="cuda")  # the primary context, current on this thread
+    mod = ctypes.c_void_p()
+    with open(path, "rb") as f:
+        assert cu.cuModuleLoadData(ctypes.byref(mod), f.read()) == 0, "cuModuleLoadData"
+    pool = torch.randint(0, 255, (POOL,), dtype=torch.uint8, device="cuda")
+    sink = torch.zeros(1 << 20, dtype=torch.int32, device="cuda")
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+
+    def launch(fn, rowb, sliceb, nslices, units, off):
+        vals = [ctypes.c_uint64(pool.data_ptr() + off), ctypes.c_uint32(rowb),
+                ctypes.c_uint32(sliceb), ctypes.c_uint32(nslices), ctypes.c_uint32(units),
+                ctypes.c_uint64(sink.data_ptr())]
+        ptrs = (ctypes.c_void_p * 6)(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
+        rc = cu.cuLaunchKernel(fn, (units + 7) // 8, 1, 1, 256, 1, 1, 0, stream, ptrs, None)
+        assert rc == 0, f"cuLaunchKernel: {rc}"
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    half = POOL // 2
+    a, b = pool[:half], torch.empty(half, dtype=torch.uint8, device="cuda")
+    for _ in range(3):
+        b.copy_(a)
+    start.record()
+    for _ in range(20):
+        b.copy_(a)
+    end.record()
+    torch.cuda.synchronize()
+    print(f"copy: {2 * half * 20 / start.elapsed_time(end) / 1e9:.2f} TB/s (read + write)")
+    for shape, (n, k, slices) in SHAPES.items():
+        rowb, total = 2 * k, 2 * n * k
+        sliceb, units, copies = rowb // slices, (n // 16) * slices, POOL // total
+        for name in KERNELS:
+            fn = ctypes.c_void_p()
+            assert cu.cuModuleGetFunction(ctypes.byref(fn), mod, name.encode()) == 0, name
+            for i in range(3):
+                launch(fn, rowb, sliceb, slices, units, (i % copies) * total)
+            start.record()
+            for i in range(20):
+                launch(fn, rowb, sliceb, slices, units, (i % copies) * total)
+            end.record()
+            torch.cuda.synchronize()
+            us = start.elapsed_time(end) * 1000 / 20
+            print(f"{shape:12s} {name:9s} {total / 1e6:8.1f} MB {us:8.2f} us "
+                  f"{total / us / 1e6:5.2f} TB/s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--build":
+        sys.exit(build(sys.argv[2]))
+    if len(sys.argv) == 2 and not sys.argv[1].startswith("-"):
+        sys.exit(run(sys.argv[1]))
+    print(__doc__)
+    sys.exit(2)
