@@ -6,7 +6,7 @@
 #   .gpu/torch_peer.py     ../shared/peers/torch_peer.py
 #   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
-#        bench products ab attnab s8ab s11ab peer serve conc concab big summary
+#        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs big summary
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -149,6 +149,32 @@ stage_concab() {
     for d in X=1 TF_ROPE_TRIGGER=0 TF_DEC_SPREAD=0; do
       echo "-- $d"; TENSORFOLD_KERNEL_DEFINES=$d stage_conc 2>&1 | grep -E "^level|equal"
     done
+  done
+}
+# Session 20's open questions: the read rate of the decode load pattern alone (needs
+# .gpu/loadbw.cubin from `tools/gpu/loadbw.py --build .gpu/loadbw.cubin` on the CPU machine),
+# then the decode knobs re-measured with line-sized fetches (TF_L2_128), two alternated rounds
+# on llama3-8b, one on the 33B geometry (TENSORFOLD_LINEAR_WARPS changes the bits).
+stage_loadbw() { python3 tools/gpu/loadbw.py .gpu/loadbw.cubin; }
+stage_knobs() {
+  local e
+  # TF_NORM_PREWAIT only moves loads earlier: check exact's fingerprints must be the default's.
+  TENSORFOLD_KERNEL_DEFINES=TF_NORM_PREWAIT=1 $B check exact -m $W/l8b --device cuda --tokens 320 |
+    grep -o '^[A-Z]* [a-z]*:\|fingerprint [0-9a-f]*' | tr '\n' ' '; echo
+  for r in 1 2; do
+    for e in X=1 TENSORFOLD_KERNEL_DEFINES=TF_NORM_PREWAIT=1 TENSORFOLD_KERNEL_DEFINES=TF_D8_U=3 \
+        TENSORFOLD_KERNEL_DEFINES=TF_D8_U=5 TENSORFOLD_NORM_FUSE=all TENSORFOLD_NORM_FUSE=0 \
+        TENSORFOLD_KERNEL_DEFINES=TF_L2_128=0 TENSORFOLD_KERNEL_DEFINES=TF_L2_128=2; do
+      echo "$e decode $(env $e $B bench -m $W/l8b --device cuda --pp 128 --tg 256 --reps 2 2>&1 |
+        grep -o '"tg_tok_s":[0-9.]*' | tr '\n' ' ')"
+    done
+  done
+  [ -f $W/n33/config.json ] || $B synth --like nanbeige-33b --seed 1 --out $W/n33 \
+    --tokenizer-from .gpu/tok --shard-dir /dev/shm/n33 --shard-dir $W/n33s | tail -1
+  for e in X=1 TENSORFOLD_KERNEL_DEFINES=TF_NORM_PREWAIT=1 TENSORFOLD_LINEAR_WARPS=4096 \
+      TENSORFOLD_KERNEL_DEFINES=TF_D8_U=5 TENSORFOLD_KERNEL_DEFINES=TF_L2_128=2; do
+    echo "$e 33B decode $(env $e $B bench -m $W/n33 --device cuda --pp 128 --tg 128 --reps 2 2>&1 |
+      grep -o '"tg_tok_s":[0-9.]*' | tr '\n' ' ')"
   done
 }
 stage_serve() {
