@@ -9,7 +9,8 @@ shapes of llama3-8b and the 33B geometry, beside a copy: the measurement behind 
 
 Each kernel runs 3 warm-ups and 20 timed launches (CUDA events) over rotating copies of the
 matrix, so no launch finds its weights in L2. Prints one line per (shape, kernel): MB, us,
-TB/s. Prints only; asserts nothing about speed.
+TB/s; then some of them held to 2 or 1 CTAs an SM (the decode entries' occupancy). Prints
+only; asserts nothing about speed.
 """
 import ctypes
 import os
@@ -18,6 +19,12 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KERNELS = ["rd_8_4_0", "rd_8_4_1", "rd_8_4_2", "rd_8_4_3", "rd_4_4_0", "rd_4_4_1", "rd_2_4_0",
            "rd_8_2_1", "rd_8_8_1", "rd_flat"]
+# The same kernels held to fewer CTAs an SM by unused dynamic shared memory: the decode
+# entries' registers (~120 a thread) allow 2 CTAs of 256 threads, these kernels' (~80) 3.
+# (kernel, bytes, label)
+HELD = [("rd_8_4_0", 100 << 10, "2/SM"), ("rd_8_4_1", 100 << 10, "2/SM"),
+        ("rd_8_4_1", 150 << 10, "1/SM"), ("rd_4_4_1", 100 << 10, "2/SM")]
+MAX_DYN_SMEM = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 # name: (rows, k, slices), the slices linear::k_split gives the shape.
 SHAPES = {"8B gate/up": (28672, 4096, 4), "8B gate/up s1": (28672, 4096, 1),
           "8B o": (4096, 4096, 8), "8B q/k/v": (6144, 4096, 8),
@@ -66,12 +73,12 @@ def run(path: str) -> int:
     sink = torch.zeros(1 << 20, dtype=torch.int32, device="cuda")
     stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
 
-    def launch(fn, rowb, sliceb, nslices, units, off):
+    def launch(fn, rowb, sliceb, nslices, units, off, smem=0):
         vals = [ctypes.c_uint64(pool.data_ptr() + off), ctypes.c_uint32(rowb),
                 ctypes.c_uint32(sliceb), ctypes.c_uint32(nslices), ctypes.c_uint32(units),
                 ctypes.c_uint64(sink.data_ptr())]
         ptrs = (ctypes.c_void_p * 6)(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
-        rc = cu.cuLaunchKernel(fn, (units + 7) // 8, 1, 1, 256, 1, 1, 0, stream, ptrs, None)
+        rc = cu.cuLaunchKernel(fn, (units + 7) // 8, 1, 1, 256, 1, 1, smem, stream, ptrs, None)
         assert rc == 0, f"cuLaunchKernel: {rc}"
 
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -88,19 +95,22 @@ def run(path: str) -> int:
     for shape, (n, k, slices) in SHAPES.items():
         rowb, total = 2 * k, 2 * n * k
         sliceb, units, copies = rowb // slices, (n // 16) * slices, POOL // total
-        for name in KERNELS:
+        for name, smem, label in [(k, 0, "") for k in KERNELS] + HELD:
             fn = ctypes.c_void_p()
             assert cu.cuModuleGetFunction(ctypes.byref(fn), mod, name.encode()) == 0, name
+            if smem:
+                rc = cu.cuFuncSetAttribute(fn, MAX_DYN_SMEM, ctypes.c_int(smem))
+                assert rc == 0, f"cuFuncSetAttribute: {rc}"
             for i in range(3):
-                launch(fn, rowb, sliceb, slices, units, (i % copies) * total)
+                launch(fn, rowb, sliceb, slices, units, (i % copies) * total, smem)
             start.record()
             for i in range(20):
-                launch(fn, rowb, sliceb, slices, units, (i % copies) * total)
+                launch(fn, rowb, sliceb, slices, units, (i % copies) * total, smem)
             end.record()
             torch.cuda.synchronize()
             us = start.elapsed_time(end) * 1000 / 20
-            print(f"{shape:12s} {name:9s} {total / 1e6:8.1f} MB {us:8.2f} us "
-                  f"{total / us / 1e6:5.2f} TB/s", flush=True)
+            print(f"{shape:12s} {name + (' ' + label if label else ''):14s} {total / 1e6:8.1f} MB "
+                  f"{us:8.2f} us {total / us / 1e6:5.2f} TB/s", flush=True)
     return 0
 
 
