@@ -37,20 +37,49 @@ def nvdisasm() -> str:
     return found[0]
 
 
-def main() -> int:
-    if len(sys.argv) < 2:
-        print(__doc__)
-        return 2
+def load_nvrtc():
+    """libnvrtc from the pip wheel (scripts/nvrtc-wheels.sh), or None with a message."""
     lib_path = os.path.join(LIB_DIR, "libnvrtc.so.13")
     if not os.path.exists(lib_path):
         print(f"no {lib_path}: run scripts/nvrtc-wheels.sh", file=sys.stderr)
-        return 1
+        return None
     # libnvrtc loads its builtins library by name: preload it from the same directory.
     for name in sorted(os.listdir(LIB_DIR)):
         if name.startswith("libnvrtc-builtins.so"):
             ctypes.CDLL(os.path.join(LIB_DIR, name), mode=ctypes.RTLD_GLOBAL)
             break
-    lib = ctypes.CDLL(lib_path)
+    return ctypes.CDLL(lib_path)
+
+
+def compile_unit(lib, src: bytes, name: bytes, opts: list):
+    """Compiles one source with NVRTC: (rc, log text, program handle)."""
+    prog = ctypes.c_void_p()
+    if lib.nvrtcCreateProgram(ctypes.byref(prog), src, name, 0, None, None) != 0:
+        return 1, "nvrtcCreateProgram failed", prog
+    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(prog, log)
+    return rc, log.value.decode(), prog
+
+
+def cubin_of(lib, prog) -> bytes:
+    """The machine code of a compiled program."""
+    size = ctypes.c_size_t()
+    lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
+    cubin = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetCUBIN(prog, cubin)
+    return cubin.raw
+
+
+def main() -> int:
+    if len(sys.argv) < 2:
+        print(__doc__)
+        return 2
+    lib = load_nvrtc()
+    if lib is None:
+        return 1
     kernels = os.path.join(ROOT, "crates/backend/kernels")
     files = [a for a in sys.argv[1:] if a.endswith(".cu")]
     ptx_out = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--ptx=")]
@@ -63,18 +92,11 @@ def main() -> int:
         with open(os.path.join(kernels, name)) as f:
             src += f.read()
     arch = archs[0] if archs else "sm_90a"
-    prog = ctypes.c_void_p()
-    if lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"k.cu", 0, None, None) != 0:
-        print("nvrtcCreateProgram failed", file=sys.stderr)
-        return 1
     opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"-Xptxas=-v"] + defines
-    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    rc, log, prog = compile_unit(lib, src.encode(), b"k.cu", opts)
     size = ctypes.c_size_t()
-    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-    log = ctypes.create_string_buffer(size.value)
-    lib.nvrtcGetProgramLog(prog, log)
     entry = None
-    for line in log.value.decode().splitlines():
+    for line in log.splitlines():
         if "Compiling entry function" in line:
             entry = line.split("'")[1]
         elif "Used" in line and entry:
@@ -88,12 +110,9 @@ def main() -> int:
         with open(ptx_out[0], "wb") as f:
             f.write(ptx.value)
     if rc == 0 and sass_out:
-        lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
-        cubin = ctypes.create_string_buffer(size.value)
-        lib.nvrtcGetCUBIN(prog, cubin)
         path = sass_out[0] + ".cubin"
         with open(path, "wb") as f:
-            f.write(cubin.raw)
+            f.write(cubin_of(lib, prog))
         with open(sass_out[0], "w") as f:
             subprocess.run([nvdisasm(), "-c", path], stdout=f, check=True)
     return 0 if rc == 0 else 1

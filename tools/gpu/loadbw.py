@@ -33,31 +33,20 @@ POOL = 640 << 20
 
 
 def build(out: str) -> int:
-    lib_dir = os.path.join(os.environ.get("TENSORFOLD_CACHE", os.path.join(ROOT, ".cache")),
-                           "nvrtc/nvidia/cu13/lib")
-    for name in sorted(os.listdir(lib_dir)):
-        if name.startswith("libnvrtc-builtins.so"):
-            ctypes.CDLL(os.path.join(lib_dir, name), mode=ctypes.RTLD_GLOBAL)
-            break
-    lib = ctypes.CDLL(os.path.join(lib_dir, "libnvrtc.so.13"))
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    from kernel_regs import compile_unit, cubin_of, load_nvrtc
+
+    lib = load_nvrtc()
+    if lib is None:
+        return 1
     with open(os.path.join(ROOT, "tools/gpu/loadbw.cu"), "rb") as f:
         src = f.read()
-    prog = ctypes.c_void_p()
-    lib.nvrtcCreateProgram(ctypes.byref(prog), src, b"loadbw.cu", 0, None, None)
-    opts = [b"--gpu-architecture=sm_90a", b"--std=c++17"]
-    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
-    size = ctypes.c_size_t()
-    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-    log = ctypes.create_string_buffer(size.value)
-    lib.nvrtcGetProgramLog(prog, log)
+    rc, log, prog = compile_unit(lib, src, b"loadbw.cu", [b"--gpu-architecture=sm_90a", b"--std=c++17"])
     if rc != 0:
-        print(log.value.decode(), file=sys.stderr)
+        print(log, file=sys.stderr)
         return 1
-    lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
-    cubin = ctypes.create_string_buffer(size.value)
-    lib.nvrtcGetCUBIN(prog, cubin)
     with open(out, "wb") as f:
-        f.write(cubin.raw)
+        f.write(cubin_of(lib, prog))
     return 0
 
 

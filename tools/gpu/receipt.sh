@@ -18,6 +18,23 @@ export TENSORFOLD_CACHE=$W/cache TENSORFOLD_BIN=$B
 OUTD=$W/out
 mkdir -p "$W" "$OUTD"
 log() { echo "== $* ($(date +%T))"; }
+# check exact's verdicts and fingerprints on llama3-8b (extra arguments: env assignments).
+fingerprints() {
+  env "$@" $B check exact -m $W/l8b --device cuda --tokens 320 |
+    grep -o '^[A-Z]* [a-z]*:\|fingerprint [0-9a-f]*' | tr '\n' ' '; echo
+}
+# bench's decode tok/s of model dir $1 for $2 generated tokens (then env assignments).
+decode_rates() {
+  local m=$1 tg=$2; shift 2
+  env "$@" $B bench -m $W/$m --device cuda --pp 128 --tg $tg --reps 2 2>&1 |
+    grep -o '"tg_tok_s":[0-9.]*' | tr '\n' ' '
+}
+# The 33B geometry (~62 GiB): more than this machine's disk holds beside the rest, so its
+# shards are spread over RAM (/dev/shm) and disk with `synth --shard-dir`.
+synth_n33() {
+  [ -f $W/n33/config.json ] || $B synth --like nanbeige-33b --seed 1 --out $W/n33 \
+    --tokenizer-from .gpu/tok --shard-dir /dev/shm/n33 --shard-dir $W/n33s
+}
 stage_synth() {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   [ -f $W/smol/config.json ] || $B synth --like smollm2 --seed 1 --out $W/smol --tokenizer-from .gpu/tok
@@ -77,12 +94,10 @@ stage_conc() {
   python3 tools/bench_concurrent.py --levels 1,16,64 --alone --max-tokens 64 \
     --model $W/l8b --serve-args "--device cuda --context 2048"; echo "bench_concurrent rc=$?"
 }
-# The 33B geometry (~62 GiB): more than this machine's disk holds beside the rest, so its
-# shards are spread over RAM (/dev/shm) and disk with `synth --shard-dir`.
+# The 33B geometry: its yardsticks and decode.
 stage_big() {
   df -h /tmp /dev/shm | cat
-  [ -f $W/n33/config.json ] || $B synth --like nanbeige-33b --seed 1 --out $W/n33 \
-    --tokenizer-from .gpu/tok --shard-dir /dev/shm/n33 --shard-dir $W/n33s
+  synth_n33
   python3 tools/gpu/yardsticks.py --ckpt $W/n33 --tokens 2048
   $B bench -m $W/n33 --device cuda --pp 128 --tg 128 --reps 2
 }
@@ -105,7 +120,7 @@ stage_ab() {
 stage_attnab() {
   for env in TENSORFOLD_AB=default TENSORFOLD_KV_LAYOUT=layer TENSORFOLD_KERNEL_DEFINES=TF_SPLIT_LOOP=1; do
     echo "-- $env"
-    env $env $B check exact -m $W/l8b --device cuda --tokens 320 | grep -o '^[A-Z]* [a-z]*:\|fingerprint [0-9a-f]*'
+    fingerprints $env
     for kv in 384 40960; do
       env $env $B bench -m $W/l8b --device cuda --pp 128 --tg 256 --reps 2 --kv-positions $kv
     done
@@ -121,7 +136,7 @@ stage_attnab() {
 stage_s8ab() {
   for d in "" TF_DEC_EARLY=0 TF_DEC_TMA=0 TF_SPLIT=256 TF_SPLIT=64; do
     echo "-- TENSORFOLD_KERNEL_DEFINES=$d"
-    TENSORFOLD_KERNEL_DEFINES="$d" $B check exact -m $W/l8b --device cuda --tokens 320 | grep -o '^[A-Z]* [a-z]*:\|fingerprint [0-9a-f]*'
+    fingerprints TENSORFOLD_KERNEL_DEFINES="$d"
     for kv in 384 40960; do
       TENSORFOLD_KERNEL_DEFINES="$d" $B bench -m $W/l8b --device cuda --pp 128 --tg 256 --reps 2 --kv-positions $kv
     done
@@ -135,7 +150,7 @@ stage_s11ab() {
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
   for env in TENSORFOLD_AB=default TENSORFOLD_KERNEL_DEFINES=TF_REGROUP_ONCE=1 TENSORFOLD_GROUP_D8=1; do
     echo "-- $env"
-    env $env $B check exact -m $W/l8b --device cuda --tokens 320 | grep -o '^[A-Z]* [a-z]*:\|fingerprint [0-9a-f]*'
+    fingerprints $env
     env $env $B bench -m $W/l8b --device cuda --pp 128 --tg 256 --reps 2
     env $env python3 tools/bench_concurrent.py --levels 16,64 --max-tokens 64 \
       --model $W/l8b --serve-args "--device cuda"
@@ -159,22 +174,18 @@ stage_loadbw() { python3 tools/gpu/loadbw.py .gpu/loadbw.cubin; }
 stage_knobs() {
   local e
   # TF_NORM_PREWAIT only moves loads earlier: check exact's fingerprints must be the default's.
-  TENSORFOLD_KERNEL_DEFINES=TF_NORM_PREWAIT=1 $B check exact -m $W/l8b --device cuda --tokens 320 |
-    grep -o '^[A-Z]* [a-z]*:\|fingerprint [0-9a-f]*' | tr '\n' ' '; echo
+  fingerprints TENSORFOLD_KERNEL_DEFINES=TF_NORM_PREWAIT=1
   for r in 1 2; do
     for e in X=1 TENSORFOLD_KERNEL_DEFINES=TF_NORM_PREWAIT=1 TENSORFOLD_KERNEL_DEFINES=TF_D8_U=3 \
         TENSORFOLD_KERNEL_DEFINES=TF_D8_U=5 TENSORFOLD_NORM_FUSE=all TENSORFOLD_NORM_FUSE=0 \
         TENSORFOLD_KERNEL_DEFINES=TF_L2_128=0 TENSORFOLD_KERNEL_DEFINES=TF_L2_128=2; do
-      echo "$e decode $(env $e $B bench -m $W/l8b --device cuda --pp 128 --tg 256 --reps 2 2>&1 |
-        grep -o '"tg_tok_s":[0-9.]*' | tr '\n' ' ')"
+      echo "$e decode $(decode_rates l8b 256 $e)"
     done
   done
-  [ -f $W/n33/config.json ] || $B synth --like nanbeige-33b --seed 1 --out $W/n33 \
-    --tokenizer-from .gpu/tok --shard-dir /dev/shm/n33 --shard-dir $W/n33s | tail -1
+  synth_n33 | tail -1
   for e in X=1 TENSORFOLD_KERNEL_DEFINES=TF_NORM_PREWAIT=1 TENSORFOLD_LINEAR_WARPS=4096 \
       TENSORFOLD_KERNEL_DEFINES=TF_D8_U=5 TENSORFOLD_KERNEL_DEFINES=TF_L2_128=2; do
-    echo "$e 33B decode $(env $e $B bench -m $W/n33 --device cuda --pp 128 --tg 128 --reps 2 2>&1 |
-      grep -o '"tg_tok_s":[0-9.]*' | tr '\n' ' ')"
+    echo "$e 33B decode $(decode_rates n33 128 $e)"
   done
 }
 stage_serve() {

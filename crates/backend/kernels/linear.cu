@@ -349,7 +349,7 @@ __device__ __forceinline__ void slice_chain(const Slice& s, uint4 (&a0)[U], uint
 // A prologue runs `pre()` before pdl_wait() (immutable data only) and `main()` after it, in a
 // CTA's first tile. None: the activations are in global memory.
 struct NoPrologue {
-    static constexpr bool norm = false;  // TF_NORM_PREWAIT applies
+    static constexpr bool norm = false;  // whether TF_NORM_PREWAIT applies
     __device__ __forceinline__ void pre() const {}
     __device__ __forceinline__ void main() const {}
 };
