@@ -6,7 +6,7 @@
 #   .gpu/torch_peer.py     ../shared/peers/torch_peer.py
 #   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
-#        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs big summary
+#        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs knobs33 big summary
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -182,6 +182,10 @@ stage_knobs() {
       echo "$e decode $(decode_rates l8b 256 $e)"
     done
   done
+}
+# The 33B geometry's knobs (its own stage: with the 8B's they pass one call's 600 s).
+stage_knobs33() {
+  local e
   synth_n33 | tail -1
   for e in X=1 TENSORFOLD_KERNEL_DEFINES=TF_NORM_PREWAIT=1 TENSORFOLD_LINEAR_WARPS=4096 \
       TENSORFOLD_KERNEL_DEFINES=TF_D8_U=5 TENSORFOLD_KERNEL_DEFINES=TF_L2_128=2; do

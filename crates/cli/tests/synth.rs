@@ -2,22 +2,17 @@
 //! (same seed, same bytes; another seed, other weights), tensorfold's own reader admits it,
 //! and a forward pass gives finite, informative logits.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::Command;
+
+use common::model;
 
 use tf_backend::cpu::{CpuBackend, CpuConfig};
 use tf_checkpoint::Checkpoint;
 use tf_engine::family::{self, LoadOptions};
 use tf_engine::generate::Generator;
-
-fn model() -> PathBuf {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let cache =
-        std::env::var_os("TENSORFOLD_CACHE").map_or_else(|| repo.join(".cache"), PathBuf::from);
-    let p = cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(p.is_file(), "test model missing at {}: run scripts/fetch-model.sh", p.display());
-    p
-}
 
 fn synth(out: &Path, seed: u64, tokenizer_from: &Path) {
     synth_with(out, seed, tokenizer_from, &[]);

@@ -1,7 +1,9 @@
 //! `tensorfold bench`: prompt processing (pp) and token generation (tg) speed, llama-bench
-//! style: a prompt of `--pp` fixed pseudo-random tokens prefilled in one chunk, then `--tg`
-//! greedy tokens decoded one row at a time (end-of-sequence ignored). Prints one JSON line per
-//! repetition so scripts (tools/bench_cpu.py) can set it beside a peer measured in the same run.
+//! style: a prompt of `--pp` fixed pseudo-random tokens prefilled in chunks of `--chunk` rows
+//! (one chunk up to 2,048 tokens by default), then `--tg` greedy tokens decoded one row at a
+//! time (end-of-sequence ignored). Prints one JSON line per repetition (with the first
+//! generated token ids, so runs of other chunkings can be compared) so scripts
+//! (tools/bench_cpu.py) can set it beside a peer measured in the same run.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -15,6 +17,9 @@ use tf_engine::generate::{GenRequest, Generator, BLOCK_SIZE};
 use tf_engine::{Sampler, SamplingParams};
 
 use crate::device::{with_backend, DeviceArgs, OnDevice, WithBackend};
+
+/// Largest `--chunk` (as `serve --max-rows`).
+const MAX_CHUNK: usize = 8192;
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -35,6 +40,10 @@ pub struct BenchArgs {
     /// the pool.
     #[arg(long)]
     pub kv_positions: Option<usize>,
+    /// Rows per prefill step, 1 to 8,192 (default: the prompt, at most 2,048). The model's
+    /// activations are sized for it; the tokens do not depend on it.
+    #[arg(long)]
+    pub chunk: Option<usize>,
     #[command(flatten)]
     pub dev: DeviceArgs,
 }
@@ -61,7 +70,13 @@ fn run_on<B: Backend + 'static>(a: BenchArgs, backend: B) -> Result<()> {
     if pool < context {
         anyhow::bail!("--kv-positions {pool} is below --pp + --tg = {context}");
     }
-    let rows = a.pp.clamp(1, 2048);
+    let rows = match a.chunk {
+        Some(c) if !(1..=MAX_CHUNK).contains(&c) => {
+            anyhow::bail!("--chunk {c} is outside 1..={MAX_CHUNK}")
+        }
+        Some(c) => c.min(a.pp.max(1)),
+        None => a.pp.clamp(1, 2048),
+    };
     let model =
         family::load(&ckpt, backend, LoadOptions { max_rows: rows, max_positions: context })?;
     let mut gen = Generator::new(model, pool.div_ceil(BLOCK_SIZE))?;
@@ -76,7 +91,7 @@ fn run_on<B: Backend + 'static>(a: BenchArgs, backend: B) -> Result<()> {
             chunk: rows,
         };
         let started = t0.elapsed();
-        let (_, st) = gen.generate_tokens(&req, &mut |_| true)?;
+        let (tokens, st) = gen.generate_tokens(&req, &mut |_| true)?;
         println!(
             "{}",
             serde_json::json!({
@@ -88,6 +103,8 @@ fn run_on<B: Backend + 'static>(a: BenchArgs, backend: B) -> Result<()> {
                 "pp_tok_s": st.prompt_tok_per_s(),
                 "tg_tok_s": st.decode_tok_per_s(),
                 "load_s": load_s,
+                "chunk": rows,
+                "first_tokens": &tokens[..tokens.len().min(8)],
                 // Rep 0: from opening the checkpoint to its first token (kernel compilation
                 // included unless the kernel cache holds them); null for the others.
                 "first_token_s": (rep == 0)
