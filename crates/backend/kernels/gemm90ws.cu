@@ -67,6 +67,11 @@
 // group keeps the tensor cores busy) or 2 (a tile's stage is released once the next tile's
 // group is issued and the tile's own has completed). Speed only. H200, 2026-12-02, served
 // prefill 2,048 / 8,192: 22,592 / 15,360 tok/s at 1, 22,270 / 15,224 at 2 (same call).
+// Depth 2 runs ws_tile_k, not the fold-after-wait loop (TF_WS_FOLD). Session 21 built depth 2
+// into that loop too (a stage ending no slice waited for the previous stage's group only;
+// the 8 HGMMAs stayed unbroken): same bits, but 4-9% slower on every llama3-8b shape (2,048
+// rows, 4096 x 4096: 594-597 vs 637 TFLOP/s) and prefill 2,048 31.5-31.7k vs 32.3-34.0k
+// (rep 0), so it was not landed (docs/bench/2026-12-04-h200.md).
 #ifndef TF_WS_DEPTH
 #define TF_WS_DEPTH 1
 #endif

@@ -70,10 +70,11 @@
 // (which would need shuffles to the mma layout) 4.30 / 4.22 / 4.50; a copy's flat reads 4.35 /
 // 4.15 / 4.55. Served (bench decode, 3 alternated pairs): llama3-8b 211.2 / 209.5 / 213.1
 // against 203.8 / 204.3 / 204.8 tok/s; the 33B geometry 56.9 / 57.0 against 53.5 / 53.5.
-// TF_L2_128=2 (not yet measured) also marks the lines evict-first (an `L2::evict_first` cache
-// policy), so that what a step re-reads (a layer's KV: 1.2 MB at 300 positions of llama3-8b,
-// 39 MB for all 32 layers; the residual) might stay in the 50 MB L2 from one step to the next
-// instead of being flushed by the 15 GB of weights.
+// TF_L2_128=2 also marks the lines evict-first (an `L2::evict_first` cache policy), so that
+// what a step re-reads (a layer's KV: 1.2 MB at 300 positions of llama3-8b, 39 MB for all 32
+// layers; the residual) might stay in the 50 MB L2 from one step to the next instead of being
+// flushed by the 15 GB of weights. Session 21 (bench decode, 2 rounds): 206.1 / 206.2, 208.3 /
+// 209.7 against 206.5 / 207.0, 210.9 / 210.1 tok/s: no gain, so 1 stays the default.
 #ifndef TF_L2_128
 #define TF_L2_128 1
 #endif
@@ -302,7 +303,13 @@ __device__ __forceinline__ void slice_chain(const Slice& s, uint4 (&a0)[U], uint
 // through the wait and the norm prologue. Their predecessor is the down product: session 19's
 // loss with both buffers early in every product came from o's loads beside attention. In
 // isolation (ncu, session 20) q/k/v with the norm read 50 MB at 2.2 TB/s against 3.2-3.8 for
-// the other products. Speed only; not yet measured.
+// the other products. Speed only. Session 21 (H200, bench decode, 5 alternated rounds): 213.2 /
+// 213.5, 206.6 / 206.5, 215.7 / 215.9, 215.8 / 215.9, 209.2 / 210.1 against 206.5 / 207.0,
+// 210.9 / 210.1, 211.4 / 214.4, 216.3 / 216.7, 216.2 / 216.5 tok/s: neutral, so off.
+// Also session 21, built and dropped: the persistent norm entries issuing a warp's next job's
+// first buffer (its next slice, or its job of the CTA's next tile) while the current chain's
+// last buffer ran (`TF_CHAIN_NEXT`): same bits, decode 207-213 against 210-213 tok/s, and ~1%
+// slower with gate/up's norm fused (ptxas wanted 150 registers there; held to 128).
 #ifndef TF_NORM_PREWAIT
 #define TF_NORM_PREWAIT 0
 #endif

@@ -31,6 +31,8 @@ const TARGET_WARPS: usize = 2048;
 /// H200, 2026-12-03, bench decode (tok/s, one call): 193-202 at 2,048 (two runs), 197 at
 /// 4,096, 182-189 at 1,024, 179 at 8,192. Prefill products (`linear_bf16_ws`, 2,048 rows)
 /// run faster with fewer slices: 4096 x 4096 605 -> 628 TFLOP/s at 512, 517 at 8,192.
+/// Session 21 (with the L2 line hint): 4,096 against 2,048, decode 205-209 vs 210-213 tok/s,
+/// the 33B geometry 54.0-54.2 vs 56.9.
 fn target_warps() -> usize {
     static W: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *W.get_or_init(|| {
