@@ -6,7 +6,7 @@
 #   .gpu/torch_peer.py     ../shared/peers/torch_peer.py
 #   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
-#        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs knobs33 big summary
+#        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs knobs33 normab big summary
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -191,6 +191,15 @@ stage_knobs33() {
       TENSORFOLD_KERNEL_DEFINES=TF_D8_U=5 TENSORFOLD_KERNEL_DEFINES=TF_L2_128=2; do
     echo "$e 33B decode $(decode_rates n33 128 $e)"
   done
+}
+# Session 21's open A/B: the norms' real threads at 2,048 prefill rows (same sums: the
+# fingerprints must not move), alternated.
+stage_normab() {
+  fingerprints TENSORFOLD_NORM_THREADS=128
+  local r t
+  for r in 1 2 3; do for t in 256 128 64; do
+    echo "NORM_THREADS=$t pp2048 $(TENSORFOLD_NORM_THREADS=$t $B bench -m $W/l8b --device cuda --pp 2048 --tg 0 --reps 3 | grep -o '"pp_tok_s":[0-9.]*' | tr '\n' ' ')"
+  done; done
 }
 stage_serve() {
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
