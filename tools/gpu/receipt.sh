@@ -29,6 +29,12 @@ decode_rates() {
   env "$@" $B bench -m $W/$m --device cuda --pp 128 --tg $tg --reps 2 2>&1 |
     grep -o '"tg_tok_s":[0-9.]*' | tr '\n' ' '
 }
+# bench's prefill tok/s of llama3-8b for a $1-token prompt, 3 reps (then env assignments).
+prefill_rates() {
+  local pp=$1; shift
+  env "$@" $B bench -m $W/l8b --device cuda --pp $pp --tg 0 --reps 3 2>&1 |
+    grep -o '"pp_tok_s":[0-9.]*' | tr '\n' ' '
+}
 # The 33B geometry (~62 GiB): more than this machine's disk holds beside the rest, so its
 # shards are spread over RAM (/dev/shm) and disk with `synth --shard-dir`.
 synth_n33() {
@@ -176,12 +182,9 @@ stage_concab() {
 stage_loadbw() { python3 tools/gpu/loadbw.py .gpu/loadbw.cubin; }
 stage_knobs() {
   local e
-  # TF_NORM_PREWAIT only moves loads earlier: check exact's fingerprints must be the default's.
-  fingerprints TENSORFOLD_KERNEL_DEFINES=TF_NORM_PREWAIT=1
   for r in 1 2; do
-    for e in X=1 TENSORFOLD_KERNEL_DEFINES=TF_NORM_PREWAIT=1 TENSORFOLD_KERNEL_DEFINES=TF_D8_U=3 \
-        TENSORFOLD_KERNEL_DEFINES=TF_D8_U=5 TENSORFOLD_NORM_FUSE=all TENSORFOLD_NORM_FUSE=0 \
-        TENSORFOLD_KERNEL_DEFINES=TF_L2_128=0 TENSORFOLD_KERNEL_DEFINES=TF_L2_128=2; do
+    for e in X=1 TENSORFOLD_KERNEL_DEFINES=TF_D8_U=3 TENSORFOLD_KERNEL_DEFINES=TF_D8_U=5 \
+        TENSORFOLD_NORM_FUSE=all TENSORFOLD_NORM_FUSE=0 TENSORFOLD_KERNEL_DEFINES=TF_L2_128=0; do
       echo "$e decode $(decode_rates l8b 256 $e)"
     done
   done
@@ -190,8 +193,7 @@ stage_knobs() {
 stage_knobs33() {
   local e
   synth_n33 | tail -1
-  for e in X=1 TENSORFOLD_KERNEL_DEFINES=TF_NORM_PREWAIT=1 TENSORFOLD_LINEAR_WARPS=4096 \
-      TENSORFOLD_KERNEL_DEFINES=TF_D8_U=5 TENSORFOLD_KERNEL_DEFINES=TF_L2_128=2; do
+  for e in X=1 TENSORFOLD_LINEAR_WARPS=4096 TENSORFOLD_KERNEL_DEFINES=TF_D8_U=5; do
     echo "$e 33B decode $(decode_rates n33 128 $e)"
   done
 }
@@ -201,7 +203,7 @@ stage_normab() {
   fingerprints TENSORFOLD_NORM_THREADS=128
   local r t
   for r in 1 2 3; do for t in 256 128 64; do
-    echo "NORM_THREADS=$t pp2048 $(TENSORFOLD_NORM_THREADS=$t $B bench -m $W/l8b --device cuda --pp 2048 --tg 0 --reps 3 | grep -o '"pp_tok_s":[0-9.]*' | tr '\n' ' ')"
+    echo "NORM_THREADS=$t pp2048 $(prefill_rates 2048 TENSORFOLD_NORM_THREADS=$t)"
   done; done
 }
 stage_serve() {

@@ -70,23 +70,18 @@
 // (which would need shuffles to the mma layout) 4.30 / 4.22 / 4.50; a copy's flat reads 4.35 /
 // 4.15 / 4.55. Served (bench decode, 3 alternated pairs): llama3-8b 211.2 / 209.5 / 213.1
 // against 203.8 / 204.3 / 204.8 tok/s; the 33B geometry 56.9 / 57.0 against 53.5 / 53.5.
-// TF_L2_128=2 also marks the lines evict-first (an `L2::evict_first` cache policy), so that
-// what a step re-reads (a layer's KV: 1.2 MB at 300 positions of llama3-8b, 39 MB for all 32
-// layers; the residual) might stay in the 50 MB L2 from one step to the next instead of being
-// flushed by the 15 GB of weights. Session 21 (bench decode, 2 rounds): 206.1 / 206.2, 208.3 /
-// 209.7 against 206.5 / 207.0, 210.9 / 210.1 tok/s: no gain, so 1 stays the default.
+// Measured and removed (session 21): also marking the lines evict-first (a
+// `createpolicy.fractional.L2::evict_first` policy on the same loads), so that what a step
+// re-reads (its KV, the residual) might stay in L2 between steps: bench decode 206.1 / 206.2,
+// 208.3 / 209.7 against 206.5 / 207.0, 210.9 / 210.1 tok/s; the 33B geometry 56.3 / 56.5
+// against 56.9 / 56.9.
 #ifndef TF_L2_128
 #define TF_L2_128 1
 #endif
 // 16 bytes of weights at p: streamed once, not kept in L1.
 __device__ __forceinline__ uint4 ld_stream16(const bf16* p) {
     uint4 v;
-#if TF_L2_128 == 2
-    u64 pol;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
-#elif TF_L2_128
+#if TF_L2_128
     asm("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
 #else
@@ -268,10 +263,8 @@ __device__ __forceinline__ void run_steps(const Slice& s, u32 kk, const uint4 (&
 // Two register buffers: the loads of the next U super-steps are in flight while the mma
 // steps of these run. Every entry point below runs exactly this chain for each (feature
 // tile, slice), whichever warp runs it.
-// `issued1`: a1, b1 already hold the next U super-steps (TF_NORM_PREWAIT).
 template <int NT, int U, bool SX = false>
 __device__ __forceinline__ void slice_chain(const Slice& s, uint4 (&a0)[U], uint4 (&b0)[U],
-                                            uint4 (&a1)[U], uint4 (&b1)[U], bool issued1,
                                             const bf16* const xr[NT], const bool vx[NT], u32 t0,
                                             u32 rows, float* part, u32 job) {
     const u32 lane = threadIdx.x & 31;
@@ -280,10 +273,10 @@ __device__ __forceinline__ void slice_chain(const Slice& s, uint4 (&a0)[U], uint
     for (int t = 0; t < NT; t++)
 #pragma unroll
         for (int i = 0; i < 4; i++) acc[t][i] = 0.0f;
+    uint4 a1[U], b1[U];
     for (u32 kk = s.k_begin; kk < s.k_end; kk += 64 * U) {
         const u32 k1 = kk + 32 * U;
-        if (k1 < s.k_end && !issued1) issue_w<U>(s, k1, a1, b1);
-        issued1 = false;
+        if (k1 < s.k_end) issue_w<U>(s, k1, a1, b1);
         run_steps<NT, U, SX>(s, kk, a0, b0, acc, xr, vx, t0, rows);
         if (k1 + 32 * U < s.k_end) issue_w<U>(s, k1 + 32 * U, a0, b0);
         if (k1 < s.k_end) run_steps<NT, U, SX>(s, k1, a1, b1, acc, xr, vx, t0, rows);
@@ -298,21 +291,16 @@ __device__ __forceinline__ void slice_chain(const Slice& s, uint4 (&a0)[U], uint
 #ifndef TF_PREWAIT
 #define TF_PREWAIT 1
 #endif
-// TF_NORM_PREWAIT (0, the default; a knob): the norm-fused entries (linear_norm.cu) issue both
-// register buffers of a CTA's first job before pdl_wait(), so twice the weights are in flight
-// through the wait and the norm prologue. Their predecessor is the down product: session 19's
-// loss with both buffers early in every product came from o's loads beside attention. In
-// isolation (ncu, session 20) q/k/v with the norm read 50 MB at 2.2 TB/s against 3.2-3.8 for
-// the other products. Speed only. Session 21 (H200, bench decode, 5 alternated rounds): 213.2 /
-// 213.5, 206.6 / 206.5, 215.7 / 215.9, 215.8 / 215.9, 209.2 / 210.1 against 206.5 / 207.0,
-// 210.9 / 210.1, 211.4 / 214.4, 216.3 / 216.7, 216.2 / 216.5 tok/s: neutral, so off.
-// Also session 21, built and dropped: the persistent norm entries issuing a warp's next job's
+// Measured and removed (session 21): the norm-fused entries (linear_norm.cu; in isolation, ncu,
+// session 20, q/k/v with the norm read 50 MB at 2.2 TB/s against 3.2-3.8 for the other
+// products) issuing both register buffers of a CTA's first job before pdl_wait()
+// (`TF_NORM_PREWAIT`): same bits; H200 bench decode, 5 alternated rounds, 213.2 / 213.5, 206.6 /
+// 206.5, 215.7 / 215.9, 215.8 / 215.9, 209.2 / 210.1 against 206.5 / 207.0, 210.9 / 210.1,
+// 211.4 / 214.4, 216.3 / 216.7, 216.2 / 216.5 tok/s; the 33B geometry 56.8 / 57.0 against 56.9
+// / 56.9: neutral. Also session 21, built and dropped: the persistent norm entries issuing a warp's next job's
 // first buffer (its next slice, or its job of the CTA's next tile) while the current chain's
 // last buffer ran (`TF_CHAIN_NEXT`): same bits, decode 207-213 against 210-213 tok/s, and ~1%
 // slower with gate/up's norm fused (ptxas wanted 150 registers there; held to 128).
-#ifndef TF_NORM_PREWAIT
-#define TF_NORM_PREWAIT 0
-#endif
 // Super-steps a register buffer holds in the one-token-tile (_d8) entries and in the others.
 #ifndef TF_D8_U
 #define TF_D8_U 4
@@ -356,7 +344,6 @@ __device__ __forceinline__ void slice_chain(const Slice& s, uint4 (&a0)[U], uint
 // A prologue runs `pre()` before pdl_wait() (immutable data only) and `main()` after it, in a
 // CTA's first tile. None: the activations are in global memory.
 struct NoPrologue {
-    static constexpr bool norm = false;  // whether TF_NORM_PREWAIT applies
     __device__ __forceinline__ void pre() const {}
     __device__ __forceinline__ void main() const {}
 };
@@ -368,16 +355,11 @@ __device__ __forceinline__ void run_jobs(F slice_of, u32 J, const bf16* __restri
                                          const u32* __restrict__ row_idx, u32 k, u32 rows, u32 t0,
                                          float* part, P prologue = P(), bool first = true) {
     const u32 warp = threadIdx.x >> 5, W = blockDim.x >> 5;
-    uint4 a[U], b[U], a1[U], b1[U];
+    uint4 a[U], b[U];
     Slice s = slice_of(warp < J ? warp : 0);
-    bool two = false;  // a1, b1 issued too (TF_NORM_PREWAIT)
     if (first) {
         if (TF_EARLY_TRIGGER) pdl_launch();
-        if (TF_PREWAIT && warp < J) {
-            issue_w<U>(s, s.k_begin, a, b);
-            two = TF_NORM_PREWAIT && P::norm && s.k_begin + 32 * U < s.k_end;
-            if (two) issue_w<U>(s, s.k_begin + 32 * U, a1, b1);
-        }
+        if (TF_PREWAIT && warp < J) issue_w<U>(s, s.k_begin, a, b);
         prologue.pre();
         pdl_wait();
         if (!TF_EARLY_TRIGGER) pdl_launch();
@@ -389,7 +371,7 @@ __device__ __forceinline__ void run_jobs(F slice_of, u32 J, const bf16* __restri
     for (u32 j = warp; j < J; j += W) {
         if (j != warp) s = slice_of(j);
         if (j != warp || !TF_PREWAIT || !first) issue_w<U>(s, s.k_begin, a, b);
-        slice_chain<NT, U, SX>(s, a, b, a1, b1, two && j == warp, xr, vx, t0, rows, part, j);
+        slice_chain<NT, U, SX>(s, a, b, xr, vx, t0, rows, part, j);
     }
 }
 

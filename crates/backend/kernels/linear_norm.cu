@@ -28,7 +28,6 @@
 // `wsm`, brought by cp.async before pdl_wait: immutable), the sums bf16(acc + add) (`sums`) and
 // the normed rows (`stage`, what the slices read). Every thread of the CTA runs it.
 struct NormPrologue {
-    static constexpr bool norm = true;  // whether TF_NORM_PREWAIT applies
     bf16 *acc;
     const bf16* add;
     const float* nw;

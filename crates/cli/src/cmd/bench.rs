@@ -16,10 +16,8 @@ use tf_engine::family::{self, LoadOptions};
 use tf_engine::generate::{GenRequest, Generator, BLOCK_SIZE};
 use tf_engine::{Sampler, SamplingParams};
 
+use super::plan::MAX_STEP_ROWS;
 use crate::device::{with_backend, DeviceArgs, OnDevice, WithBackend};
-
-/// Largest `--chunk` (as `serve --max-rows`).
-const MAX_CHUNK: usize = 8192;
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -71,8 +69,8 @@ fn run_on<B: Backend + 'static>(a: BenchArgs, backend: B) -> Result<()> {
         anyhow::bail!("--kv-positions {pool} is below --pp + --tg = {context}");
     }
     let rows = match a.chunk {
-        Some(c) if !(1..=MAX_CHUNK).contains(&c) => {
-            anyhow::bail!("--chunk {c} is outside 1..={MAX_CHUNK}")
+        Some(c) if !(1..=MAX_STEP_ROWS).contains(&c) => {
+            anyhow::bail!("--chunk {c} is outside 1..={MAX_STEP_ROWS}")
         }
         Some(c) => c.min(a.pp.max(1)),
         None => a.pp.clamp(1, 2048),

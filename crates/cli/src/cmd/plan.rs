@@ -36,6 +36,9 @@ pub struct Sizing {
     pub max_rows: usize,
 }
 
+/// Most rows one engine step may take (`--max-rows`; bench's `--chunk`).
+pub const MAX_STEP_ROWS: usize = 8192;
+
 #[derive(Args)]
 pub struct PlanArgs {
     /// A GGUF file or an HF checkpoint directory (default: the test model).
@@ -92,8 +95,8 @@ impl Sizing {
         if self.parallel == 0 || self.parallel > 1024 {
             bail!("--parallel {} is outside 1..=1024", self.parallel);
         }
-        if self.max_rows == 0 || self.max_rows > 8192 {
-            bail!("--max-rows {} is outside 1..=8192", self.max_rows);
+        if !(1..=MAX_STEP_ROWS).contains(&self.max_rows) {
+            bail!("--max-rows {} is outside 1..={MAX_STEP_ROWS}", self.max_rows);
         }
         let mem_limit = match self.mem_limit {
             Some(g) => gib(g, "--mem-limit")?,
