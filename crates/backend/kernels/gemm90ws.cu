@@ -20,12 +20,13 @@
 // `full`, issue TF_WS_KT / 16 wgmma m64n128k16 (SS), commit, and once the tile's group before has
 // completed (TF_WS_DEPTH groups in flight) release that stage on `empty`. A CTA's next tile's
 // copies run while its consumers store the last one: bf16 outputs by stmatrix into a staging area
-// and then whole 16-byte chunks of a token's features (`ws_store_staged`), f32 outputs element by
-// element. The staged epilogue (session 12, H200, same call): 392 -> 568 TFLOP/s at 4096 x 4096
-// and 2,048 rows, 337 -> 452 at 1024 x 4096, 430 -> 600 at 14336 x 4096, 530 -> 659 at 4096 x
-// 14336; served prefill 2,048 / 8,192: 22,547 / 15,335 -> 25,916-26,557 / 16,695 tok/s. ncu before
-// it (q shape): tensor pipe active 38% of the time, the top stalls instruction fetch and barrier
-// waits; its 64 element stores a thread (half of each 32-byte sector used) held both consumers
+// and then one tensor store of the staged tile (`ws_store_staged`, TF_WS_TMA_STORE), f32 outputs
+// element by element. The staged epilogue (session 12, H200, same call; its chunks then left by
+// per-thread 16-byte stores): 392 -> 568 TFLOP/s at 4096 x 4096 and 2,048 rows, 337 -> 452 at
+// 1024 x 4096, 430 -> 600 at 14336 x 4096, 530 -> 659 at 4096 x 14336; served prefill 2,048 /
+// 8,192: 22,547 / 15,335 -> 25,916-26,557 / 16,695 tok/s. ncu before it (q shape): tensor pipe
+// active 38% of the time, the top stalls instruction fetch and barrier waits; its 64 element
+// stores a thread (half of each 32-byte sector used) held both consumers
 // away from the next tile. Branches between wgmmas are warp-uniform by construction (role from a
 // shuffle, arrivals predicated inside the asm): ptxas serializes the wgmmas otherwise.
 //
@@ -59,6 +60,23 @@
 // 176.7 us against 119.4 + 39.8 + 40.9 as three launches, gate/up 738.2 against 374.4 +
 // 368.7 (the 128-tile k and v launches each left 4 SMs idle and ended in their own tail).
 // `TENSORFOLD_WS_GROUP=0` launches them one by one.
+//
+// Session 22 (H200, docs/bench/2026-12-04-h200.md), both bit-equal to linear_bf16 (0 of 840M
+// elements differ; cuda_fused at 2,048 rows; check exact fingerprints unchanged):
+// - 128 x 192 token tiles (`linear_bf16_ws_t192`: wgmma m64n192k16, acc + tot = 192
+//   registers after setmaxnreg, no spills; 4 stages of 64 k + 48 KiB of staging): 17% fewer
+//   operand bytes a FLOP, yet slower on every llama3-8b shape but one (TFLOP/s at 2,048 rows,
+//   128 -> 192: 4096 x 4096 627 -> 584, 1024 x 4096 545 -> 388, 6144 x 4096 633 -> 620,
+//   14336 x 4096 648 -> 653, 4096 x 14336 715 -> 584) and served prefill 2,048 ~2% slower
+//   (medians of 3 warm reps, 3 rounds: 32.9-33.3k vs 33.6-34.0k tok/s). With session 15's
+//   multicast result, operand traffic is not what bounds this kernel. Not landed.
+// - The staged tile leaving by one tensor store (TF_WS_TMA_STORE): neutral (prefill 2,048
+//   34.1-34.2k vs 34.0-34.2k tok/s, same measure; TFLOP/s within 1%, but 4096 x 14336 at
+//   8,192 rows 679 vs 699); kept: the consumers no longer issue the tile's global stores,
+//   the ground a longer epilogue (session 15's fused SwiGLU) would need.
+// - nvidia-smi during back-to-back 2,048 prefills: the SM clock falls from 1,980 to 1,545-1,800
+//   MHz with the software power cap as the throttle reason (~600-700 W): prefill here is
+//   power-bound, so energy a FLOP, not only issue, sets the rate.
 //
 // Everything here compiles to nothing below sm_90a (the host never picks it there).
 
@@ -111,12 +129,38 @@ struct __align__(64) WsMap {
 #define WS_STAGE (WS_A_BYTES + WS_B_BYTES)
 // The bf16 epilogue's staging: a consumer warpgroup's 128 tokens x 64 features, 128-byte rows.
 #define WS_EPI_BYTES (WS_BN * 128)
-// Stages (weight tile, then token tile: 1,024-byte multiples), their mbarriers (full[s],
-// empty[s]), the two consumers' staging and 1 KiB of slack to align the tiles to the
-// 1,024-byte swizzle atom. cuda/wgmma.rs `LINEAR_WS` mirrors it.
+// Stages (weight tile, then token tile: 1,024-byte multiples), the two consumers' staging
+// (1,024-byte aligned: the output's tensor copies read it in the 128-byte swizzle), their
+// mbarriers (full[s], empty[s]) and 1 KiB of slack to align the tiles to the 1,024-byte
+// swizzle atom. cuda/wgmma.rs `LINEAR_WS` mirrors it.
 #define WS_SMEM (WS_STAGES * WS_STAGE + 2 * WS_STAGES * 8 + 2 * WS_EPI_BYTES + 1024)
 
+// TF_WS_TMA_STORE: 1 (default) a consumer's staged bf16 tile leaves by one tensor copy to
+// global memory (the output's map, box 64 features x 128 tokens, the staging's own swizzle;
+// rows past the call's and features past n are not written), issued by the warpgroup's thread
+// 0, so the consumers go on to the next tile while it drains; before the staging is written
+// again that thread waits for the copy's reads. 0 (a measurement knob): every thread stores
+// its 16-byte chunks. Same values, same bytes written.
+#ifndef TF_WS_TMA_STORE
+#define TF_WS_TMA_STORE 1
+#endif
+
 #if WG_ENABLED
+// The staged tile at shared `src` to box (x, y) of `map` (a bulk-group tensor copy).
+__device__ __forceinline__ void ws_tensor_store(const WsMap& map, u32 x, u32 y, u32 src) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n\t"
+        "cp.async.bulk.commit_group;" ::"l"((u64)&map),
+        "r"(x), "r"(y), "r"(src)
+        : "memory");
+}
+// Waits until this thread's tensor stores have read their shared memory (`Read`) or are
+// complete and visible.
+template <bool Read>
+__device__ __forceinline__ void ws_store_wait() {
+    if (Read) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    else asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
 // Arrives on bar when `pred` (a predicate inside the asm, not a branch: a lane-dependent
 // branch between wgmmas makes ptxas serialize them).
 __device__ __forceinline__ void ws_mbar_arrive_if(u32 bar, bool pred) {
@@ -143,6 +187,7 @@ struct WsGrid {
 // tile's feature and token indices within that product.
 struct WsAt {
     const WsMap* wmap;
+    const WsMap* omap;
     const float* bias;
     void* out;
     u32 n, slice_len, slices, fi, ti;
@@ -154,6 +199,7 @@ struct WsAt {
 template <int NP>
 struct WsParts {
     const WsMap* w[3];
+    const WsMap* o[3];  // the outputs' maps (read only for staged bf16 outputs)
     const float* bias[3];
     void* out[3];
     u32 n[3], slice_len[3], slices[3], end[3];
@@ -166,8 +212,8 @@ struct WsParts {
     __device__ __forceinline__ WsAt at(u32 tile, u32 rows) const {
         const u32 j = NP == 1 ? 0 : (tile < end[0] ? 0 : (tile < end[1] ? 1 : 2));
         const u32 start = NP == 1 || j == 0 ? 0 : (j == 1 ? end[0] : end[1]);
-        WsAt a = {pick(j, w), pick(j, bias), pick(j, out), pick(j, n), pick(j, slice_len),
-                  pick(j, slices), 0, 0};
+        WsAt a = {pick(j, w),         pick(j, o),      pick(j, bias), pick(j, out), pick(j, n),
+                  pick(j, slice_len), pick(j, slices), 0,             0};
         tile_raster_at(tile - start, a.n, rows, WS_BM, WS_BN, TF_WS_GROUP, a.fi, a.ti);
         return a;
     }
@@ -277,7 +323,7 @@ __device__ __forceinline__ void ws_wg_bar(u32 id) {
 __device__ __forceinline__ void ws_store_staged(const WsGrid& G, u32 n, u32 cw, u32 stg,
                                                 const float* tot, u32 empty,
                                                 const float* __restrict__ bias, bf16* out, u32 n0,
-                                                u32 t0) {
+                                                u32 t0, const WsMap& omap) {
     const u32 t = threadIdx.x & 127, warp = t >> 5, lane = t & 31, g = lane >> 2;
     float b[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -295,13 +341,20 @@ __device__ __forceinline__ void ws_store_staged(const WsGrid& G, u32 n, u32 cw, 
             if (bias) v0 += b[h], v1 += b[h];
             r[i][h] = (u32)f2bf(v0) | ((u32)f2bf(v1) << 16);
         }
-    ws_wg_bar(1 + cw);  // the staging's previous tile has been read by every lane
+    if (TF_WS_TMA_STORE && t == 0) ws_store_wait<true>();  // the previous tile's copy read it
+    ws_wg_bar(1 + cw);  // the staging's previous tile has been read (every lane, or the copy)
     const u32 m = lane >> 3, j = lane & 7;
 #pragma unroll
     for (int i = 0; i < WS_BN / 8; i += 2) {
         const u32 tok = 8 * (i + (m >> 1)) + j, chunk = 2 * warp + (m & 1);
         stmatrix_t4(stg + tok * 128 + ((chunk ^ j) << 4), r[i][0], r[i][1], r[i + 1][0],
                     r[i + 1][1]);
+    }
+    if (TF_WS_TMA_STORE) {
+        fence_proxy_async();  // the staging's writes, visible to the tensor copy
+        ws_wg_bar(1 + cw);
+        if (t == 0) ws_tensor_store(omap, n0 + 64 * cw, t0, stg);
+        return;
     }
     ws_wg_bar(1 + cw);
 #pragma unroll
@@ -377,7 +430,7 @@ __device__ __forceinline__ void ws_consume(const WsGrid& G, const WsParts<NP>& P
         const u32 n0 = fi * WS_BM, t0 = ti * WS_BN;
         if (staged) {
             ws_store_staged(G, n, cw, G.stage_out + cw * WS_EPI_BYTES, ch.tot, empty, bias,
-                            (bf16*)out, n0, t0);
+                            (bf16*)out, n0, t0, *at.omap);
             continue;
         }
 #pragma unroll
@@ -392,6 +445,8 @@ __device__ __forceinline__ void ws_consume(const WsGrid& G, const WsParts<NP>& P
                 store_linear(out, out_mode, (u64)tok * n + f, total, bias, f);
             }
     }
+    // The last tensor stores complete (and their shared memory read) before the CTA exits.
+    if (TF_WS_TMA_STORE && (threadIdx.x & 127) == 0) ws_store_wait<false>();
 }
 
 template <int NP>
@@ -407,9 +462,9 @@ __device__ __forceinline__ void ws_body(const WsParts<NP>& P, const WsMap& xmap,
     G.tiles = NP == 1 ? ((P.n[0] + WS_BM - 1) / WS_BM) * ((rows + WS_BN - 1) / WS_BN) : P.end[NP - 1];
     G.ktiles = (k + TF_WS_KT - 1) / TF_WS_KT;
     G.sbase = (raw + 1023) & ~1023u;
-    G.full = G.sbase + WS_STAGES * WS_STAGE;
+    G.stage_out = G.sbase + WS_STAGES * WS_STAGE;
+    G.full = G.stage_out + 2 * WS_EPI_BYTES;
     G.empty = G.full + 8 * WS_STAGES;
-    G.stage_out = G.empty + 8 * WS_STAGES;
     if (threadIdx.x == 0) {
         for (u32 s = 0; s < WS_STAGES; s++) {
             mbar_init_at(G.full + 8 * s, 1);
@@ -434,16 +489,19 @@ __device__ __forceinline__ void ws_body(const WsParts<NP>& P, const WsMap& xmap,
 
 // grid: min(tiles, SMs) CTAs (1-D); block 384; dynamic shared memory WS_SMEM. `wmap`: the
 // weight's tensor map (bf16 [n][k], box 64 k x 128 rows, 128-byte swizzle, zeros outside);
-// `xmap`: the input's (bf16 [rows][k], the same box and swizzle).
+// `xmap`: the input's (bf16 [rows][k], the same box and swizzle); `omap`: the output's (bf16
+// [rows][n], box 64 features x 128 tokens, the same swizzle), read only for bf16 outputs with
+// n % 8 == 0 at a 16-byte aligned address (the others' is all zeros).
 extern "C" __global__ void __launch_bounds__(384, 1)
     linear_bf16_ws(const __grid_constant__ WsMap wmap, const __grid_constant__ WsMap xmap,
-                   const float* __restrict__ bias, void* out, int out_mode, u32 n, u32 k, u32 rows,
-                   u32 slice_len, u32 slices) {
+                   const __grid_constant__ WsMap omap, const float* __restrict__ bias, void* out,
+                   int out_mode, u32 n, u32 k, u32 rows, u32 slice_len, u32 slices) {
     pdl_wait();
     pdl_launch();
 #if WG_ENABLED
-    const WsParts<1> P = {{&wmap, &wmap, &wmap}, {bias, bias, bias}, {out, out, out}, {n, n, n},
-                          {slice_len, 0, 0},      {slices, 0, 0},     {0, 0, 0}};  // end: unused
+    const WsParts<1> P = {{&wmap, &wmap, &wmap}, {&omap, &omap, &omap}, {bias, bias, bias},
+                          {out, out, out},       {n, n, n},          {slice_len, 0, 0},
+                          {slices, 0, 0},        {0, 0, 0}};  // end: unused
     ws_body<1>(P, xmap, out_mode, k, rows);
 #endif
 }
@@ -452,11 +510,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 // tiles of their own: n2 = 0), each product's elements as linear_bf16_ws computes them alone
 // (its own raster, K split, bias and output). One tail instead of three, and the short
 // products (k and v: 128 tiles at 2,048 rows, a wave of 132 SMs) fill the long one's last
-// wave. grid: min(all tiles, SMs); block 384; WS_SMEM.
+// wave. grid: min(all tiles, SMs); block 384; WS_SMEM; om0..om2 the parts' output maps
+// (bf16 outputs only).
 extern "C" __global__ void __launch_bounds__(384, 1)
     linear_bf16_ws3(const __grid_constant__ WsMap w0, const __grid_constant__ WsMap w1,
                     const __grid_constant__ WsMap w2, const __grid_constant__ WsMap xmap,
-                    const float* __restrict__ b0, const float* __restrict__ b1,
+                    const __grid_constant__ WsMap om0, const __grid_constant__ WsMap om1,
+                    const __grid_constant__ WsMap om2, const float* __restrict__ b0,
+                    const float* __restrict__ b1,
                     const float* __restrict__ b2, void* o0, void* o1, void* o2, int out_mode,
                     u32 n0, u32 n1, u32 n2, u32 len0, u32 len1, u32 len2, u32 sl0, u32 sl1,
                     u32 sl2, u32 k, u32 rows) {
@@ -466,8 +527,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     const u32 tt = (rows + WS_BN - 1) / WS_BN;
     const u32 e0 = ((n0 + WS_BM - 1) / WS_BM) * tt, e1 = e0 + ((n1 + WS_BM - 1) / WS_BM) * tt;
     const u32 e2 = e1 + ((n2 + WS_BM - 1) / WS_BM) * tt;
-    const WsParts<3> P = {{&w0, &w1, &w2}, {b0, b1, b2},       {o0, o1, o2},   {n0, n1, n2},
-                          {len0, len1, len2}, {sl0, sl1, sl2}, {e0, e1, e2}};
+    const WsParts<3> P = {{&w0, &w1, &w2},    {&om0, &om1, &om2}, {b0, b1, b2},
+                          {o0, o1, o2},       {n0, n1, n2},       {len0, len1, len2},
+                          {sl0, sl1, sl2},    {e0, e1, e2}};
     ws_body<3>(P, xmap, out_mode, k, rows);
 #endif
 }

@@ -62,10 +62,10 @@ pub(crate) const LINEAR_WG_M192: TiledShape = wg_shape_of("linear_bf16_wg_m192",
 pub(crate) const WG_SHAPES: [TiledShape; 2] = [LINEAR_WG, LINEAR_WG_M192];
 
 /// `linear_bf16_ws` (gemm90ws.cu): persistent CTAs of a copy warpgroup and two wgmma
-/// warpgroups over 128 x 128 tiles, 3 stages of (128 + 128) rows x 128 k, their mbarriers
-/// (two a stage, counted in 64-k stages so the `TF_WS_KT=64` knob's 6 stages fit too), the
-/// two consumers' epilogue staging (128 tokens x 128 bytes each) and 1 KiB of alignment slack
-/// (`WS_SMEM`). `features`/`tokens` are its tile.
+/// warpgroups over 128 x 128 tiles, 3 stages of (128 + 128) rows x 128 k, the two consumers'
+/// epilogue staging (128 tokens x 128 bytes each, which their tensor stores read), the stages'
+/// mbarriers (two a stage, counted in 64-k stages so the `TF_WS_KT=64` knob's 6 stages fit
+/// too) and 1 KiB of alignment slack (`WS_SMEM`). `features`/`tokens` are its tile.
 pub(crate) const LINEAR_WS: TiledShape = TiledShape {
     name: "linear_bf16_ws",
     features: WS_TILE,
@@ -157,9 +157,10 @@ pub(crate) fn ws_launch(be: &CudaBackend, c: &WsCall) -> Result<()> {
         block_dim: (LINEAR_WS.threads, 1, 1),
         shared_mem_bytes: LINEAR_WS.smem,
     };
-    let args: [KArg; 10] = [
+    let args: [KArg; 11] = [
         KArg::Map(Arc::new(tile_map(c.op, "weight", c.w, c.n, c.k)?)),
         KArg::Map(Arc::new(tile_map(c.op, "input", x, c.rows, c.k)?)),
+        KArg::Map(Arc::new(out_map(c)?)),
         c.bias.into(),
         c.out.into(),
         c.out_mode.into(),
@@ -199,12 +200,15 @@ pub(crate) fn ws_launch_group(be: &CudaBackend, calls: &[WsCall]) -> Result<()> 
         block_dim: (WS3.threads, 1, 1),
         shared_mem_bytes: WS3.dyn_smem,
     };
-    let mut args: Vec<KArg> = Vec::with_capacity(22);
+    let mut args: Vec<KArg> = Vec::with_capacity(25);
     for j in 0..3 {
         let c = part(j);
         args.push(KArg::Map(Arc::new(tile_map(c.op, "weight", c.w, c.n, c.k)?)));
     }
     args.push(KArg::Map(Arc::new(tile_map(first.op, "input", first.x, first.rows, first.k)?)));
+    for j in 0..3 {
+        args.push(KArg::Map(Arc::new(out_map(part(j))?)));
+    }
     args.extend((0..3).map(|j| KArg::from(part(j).bias)));
     args.extend((0..3).map(|j| KArg::from(part(j).out)));
     args.push(0i32.into());
@@ -223,6 +227,17 @@ pub(crate) const WS3: Entry = Entry {
     dyn_smem: LINEAR_WS.smem,
 };
 
+/// The tensor map a `linear_bf16_ws*` consumer stores its staged bf16 tile through (bf16
+/// `[rows][n]`, boxes of 64 features x 128 tokens: `tile_map`'s form), where the kernel
+/// stages the output (bf16, n % 8 == 0, 16-byte aligned); all zeros elsewhere (never read).
+fn out_map(c: &WsCall) -> Result<sys::CUtensorMap> {
+    let staged = c.out_mode == 0 && c.n.is_multiple_of(8) && c.out.is_multiple_of(16);
+    match staged {
+        true => tile_map(c.op, "output", c.out, c.rows, c.n),
+        false => Ok(sys::CUtensorMap { opaque: [0; 16] }),
+    }
+}
+
 /// The tensor map `linear_bf16_ws` reads an operand through: bf16 `[rows][k]` row-major at
 /// `base` (16-byte aligned), boxes of 64 k x 128 rows in the 128-byte swizzle (the layout
 /// its wgmma descriptors name), zeros outside.
@@ -238,8 +253,8 @@ fn tile_map(op: &str, what: &str, base: u64, rows: u32, k: u32) -> Result<sys::C
     let (boxes, steps) = ([64u32, WS_TILE as u32], [1u32, 1]);
     // SAFETY: the arrays hold `rank` (2) dims, box sizes and element strides and `rank - 1`
     // byte strides, as the call reads; `base` is a 16-byte aligned device address of rows x k
-    // bf16 (`ws_takes` for weights, `ws_launch` for inputs), K a multiple of 8 so the row
-    // stride is a multiple of 16 bytes. The encoding only writes `map`.
+    // bf16 (`ws_takes` for weights, `ws_launch` for inputs, `out_map` for outputs), K a
+    // multiple of 8 so the row stride is a multiple of 16 bytes. The encoding only writes `map`.
     unsafe {
         sys::cuTensorMapEncodeTiled(
             &mut map,
