@@ -74,6 +74,16 @@
 //   34.1-34.2k vs 34.0-34.2k tok/s, same measure; TFLOP/s within 1%, but 4096 x 14336 at
 //   8,192 rows 679 vs 699); kept: the consumers no longer issue the tile's global stores,
 //   the ground a longer epilogue (session 15's fused SwiGLU) would need.
+// - Gate, up and SwiGLU in one launch again (`linear_bf16_ws_swiglu`, built, not landed): tiles
+//   of 64 features of both weights (gate's rows 0-63 of the weight sub-tile by a 64-row tensor
+//   map, up's 64-127), consumer 0 gate's chains, 1 up's, this loop unchanged; each stages its
+//   tile and stores it by a tensor copy, then both compute act from the two stagings. Bit-equal
+//   (cuda_fused at 128 and 2,048 rows, check exact, contract 62/62). With act through warpgroup
+//   0's staging and a third tensor copy (4 barriers a tile, a wait for the first copies' reads):
+//   ncu 781 us a 2,048-row call against 725 + 54 (gate/up + swiglu), served 2,048 -0.3%; with
+//   act stored from registers (2 barriers): 776 against 728 + 54, served 2,048 33.4-33.5k vs
+//   33.5-33.7k, 8,192 25.7k vs 25.5k: neutral both ways; the epilogue costs what the launch
+//   saved.
 // - nvidia-smi during back-to-back 2,048 prefills: the SM clock falls from 1,980 to 1,545-1,800
 //   MHz with the software power cap as the throttle reason (~600-700 W): prefill here is
 //   power-bound, so energy a FLOP, not only issue, sets the rate.
