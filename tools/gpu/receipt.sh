@@ -6,7 +6,8 @@
 #   .gpu/torch_peer.py     ../shared/peers/torch_peer.py
 #   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
-#        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs knobs33 normab big summary
+#        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs knobs33 normab
+#        breakdown big summary
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -180,6 +181,15 @@ stage_concab() {
 # then the decode knobs re-measured with line-sized fetches (TF_L2_128), two alternated rounds
 # on llama3-8b, one on the 33B geometry (TENSORFOLD_LINEAR_WARPS changes the bits).
 stage_loadbw() { python3 tools/gpu/loadbw.py .gpu/loadbw.cubin; }
+# One 2,048 prefill by kernel: tensorfold's by ncu (direct launches, serialized), PyTorch's by
+# torch.profiler (session 22: the products and attention are where PyTorch is ahead).
+stage_breakdown() {
+  TENSORFOLD_CUDA_GRAPHS=0 timeout 200 /usr/local/cuda/bin/ncu --clock-control none --csv \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+    $B bench -m $W/l8b --device cuda --pp 2048 --tg 1 --reps 1 2>/dev/null |
+    python3 tools/gpu/breakdown.py ncu
+  python3 tools/gpu/breakdown.py torch $W/l8b 2048 2>&1 | grep -v -i warn
+}
 stage_knobs() {
   local e
   for r in 1 2; do
