@@ -6,7 +6,7 @@
 #   .gpu/torch_peer.py     ../shared/peers/torch_peer.py
 #   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
-#        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs knobs33 normab
+#        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs knobs33
 #        breakdown big summary
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
@@ -29,12 +29,6 @@ decode_rates() {
   local m=$1 tg=$2; shift 2
   env "$@" $B bench -m $W/$m --device cuda --pp 128 --tg $tg --reps 2 2>&1 |
     grep -o '"tg_tok_s":[0-9.]*' | tr '\n' ' '
-}
-# bench's prefill tok/s of llama3-8b for a $1-token prompt, 3 reps (then env assignments).
-prefill_rates() {
-  local pp=$1; shift
-  env "$@" $B bench -m $W/l8b --device cuda --pp $pp --tg 0 --reps 3 2>&1 |
-    grep -o '"pp_tok_s":[0-9.]*' | tr '\n' ' '
 }
 # The 33B geometry (~62 GiB): more than this machine's disk holds beside the rest, so its
 # shards are spread over RAM (/dev/shm) and disk with `synth --shard-dir`.
@@ -206,15 +200,6 @@ stage_knobs33() {
   for e in X=1 TENSORFOLD_LINEAR_WARPS=4096 TENSORFOLD_KERNEL_DEFINES=TF_D8_U=5; do
     echo "$e 33B decode $(decode_rates n33 128 $e)"
   done
-}
-# Session 21's open A/B: the norms' real threads at 2,048 prefill rows (same sums: the
-# fingerprints must not move), alternated.
-stage_normab() {
-  fingerprints TENSORFOLD_NORM_THREADS=128
-  local r t
-  for r in 1 2 3; do for t in 256 128 64; do
-    echo "NORM_THREADS=$t pp2048 $(prefill_rates 2048 TENSORFOLD_NORM_THREADS=$t)"
-  done; done
 }
 stage_serve() {
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site

@@ -89,22 +89,10 @@ const NORM_STAGE_MAX: usize = 16384;
 /// groups: it runs `norm_threads(group)` virtual ones (norm.cu `staged_r`), so more rows are
 /// in flight an SM at the same arithmetic (H200, 2,048 rows of 4,096: add_rms_norm 36.4 ->
 /// 25.1 us, rms_norm 29.8 -> 17.6). Smaller calls (decode steps, whose one row is a chain of
-/// dependent loads and sums) keep one real thread a virtual one.
+/// dependent loads and sums) keep one real thread a virtual one. 128 and 64 real threads
+/// measured no different at 2,048 prefill rows (session 22, docs/bench/2026-12-04-h200.md).
 const NORM_VEC_THREADS: u32 = 256;
 const NORM_MANY_GROUPS: u32 = 256;
-
-/// [`NORM_VEC_THREADS`], or `TENSORFOLD_NORM_THREADS` (a measurement knob: a power of two
-/// from 32 to 1,024; the sum order stays `norm_threads(group)`'s, so no value changes). At
-/// 2,048 rows of 4,096, 256 real threads hold 8 rows an SM (two waves on 132 SMs), 128 would
-/// hold 16 (one). Not yet measured.
-fn norm_vec_threads() -> u32 {
-    static T: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *T.get_or_init(|| {
-        let v = std::env::var("TENSORFOLD_NORM_THREADS").ok().and_then(|v| v.parse().ok());
-        v.filter(|&t: &u32| t.is_power_of_two() && (32..=1024).contains(&t))
-            .unwrap_or(NORM_VEC_THREADS)
-    })
-}
 
 /// The launch of a norm kernel over `blocks` groups, and its last two arguments (`vt`, `vec`).
 /// The 16-byte path (`vec`) takes calls whose tensors are all bf16 (`bf16_only`) and whose
@@ -131,7 +119,7 @@ pub(crate) fn norm_launch(
     let cfg = LaunchConfig {
         grid_dim: (blocks, 1, 1),
         block_dim: (
-            if vec && blocks >= NORM_MANY_GROUPS { vt.min(norm_vec_threads()) } else { vt },
+            if vec && blocks >= NORM_MANY_GROUPS { vt.min(NORM_VEC_THREADS) } else { vt },
             1,
             1,
         ),
