@@ -249,7 +249,8 @@ __device__ __forceinline__ void qk_tile(float (&s)[NB][4], const bf16* qs, u32 m
 // Row k (0: M-row lane / 4, 1: + 8) of tile t's scores: scaled, positions past prow masked to
 // NEG, in place; returns the row's maximum (over the quad of lanes that hold it).
 // `nb0`: the first of the tile's 8-position blocks that s holds (the decode CTA's spread).
-template <int NB>
+// FULL: the caller knows every position of the tile is <= prow (no compare: the same values).
+template <int NB, bool FULL = false>
 __device__ __forceinline__ float mask_max(float (&s)[NB][4], int k, u32 t, int prow, float scale,
                                           u32 lane, float NEG, int nb0 = 0) {
     float tmax = NEG;
@@ -258,7 +259,7 @@ __device__ __forceinline__ float mask_max(float (&s)[NB][4], int k, u32 t, int p
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int j = (int)(t * TK) + (nb0 + nb) * 8 + (lane % 4) * 2 + e;
-            const float v = j <= prow ? __fmul_rn(s[nb][2 * k + e], scale) : NEG;
+            const float v = (FULL || j <= prow) ? __fmul_rn(s[nb][2 * k + e], scale) : NEG;
             s[nb][2 * k + e] = v;
             tmax = fmaxf(tmax, v);
         }
@@ -295,14 +296,14 @@ __device__ __forceinline__ float exp_sum(float (&s)[NB][4], int k, float mu) {
 // weights p = exp(s - m') in place of the scores (m' = -inf taken as 0), l = l alpha + the
 // row's sum (this thread's 16 columns in column order, then the quad butterfly), m = m'.
 // Shared by the general CTA and the wgmma CTA (attention90.cu), whose accumulators hold the
-// same rows and columns in the same registers.
-template <int NB>
+// same rows and columns in the same registers. FULL: as mask_max.
+template <int NB, bool FULL = false>
 __device__ __forceinline__ void softmax_tile(float (&s)[NB][4], u32 t, const int (&prow)[2],
                                              float scale, u32 lane, float NEG, float (&m)[2],
                                              float (&l)[2], float (&alpha)[2]) {
 #pragma unroll
     for (int k = 0; k < 2; k++) {
-        const float tmax = mask_max<NB>(s, k, t, prow[k], scale, lane, NEG);
+        const float tmax = mask_max<NB, FULL>(s, k, t, prow[k], scale, lane, NEG);
         const float mn = fmaxf(m[k], tmax);
         const float mu = mn == NEG ? 0.0f : mn;
         alpha[k] = fexp(__fsub_rn(m[k], mu));

@@ -53,7 +53,8 @@
 #define AW_THREADS (128 * AW_WGS)
 // Shared memory (bytes from a 1,024-aligned base): q as two 64-dim halves of [AW_MROWS][128 B];
 // two K and two V tiles, each two 64-dim halves of [TK positions][128 B]; then the running
-// totals O of finished splits, element e of thread i at float e * AW_THREADS + i. The host's
+// totals O of finished splits, elements 4q..4q + 3 of thread i at float4 q * AW_THREADS + i
+// (aw_close_split). The host's
 // `attention_wg_smem` mirrors AW_SMEM.
 #define AW_QHALF (AW_MROWS * 128)
 #define AW_KHALF (TK * 128)
@@ -154,12 +155,12 @@ __device__ __forceinline__ void aw_load_kv(u32 dst, const bf16* pool, const AwTa
     }
 }
 
-// One row tile of kv head g: attention.cu's definition for its M-rows (header above).
-__device__ void attend_wg(const Args& A, const Tile& tile, u32 g, u32 G, u32 sbase, float* Os,
-                          u32* tbl) {
-    const u32 wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x & 31;
-    __syncthreads();  // the previous row tile is done with shared memory
-    for (u32 i = threadIdx.x; i < AW_MROWS * 16; i += AW_THREADS) {
+// q of the M-rows [i0 / 16, end / 16) into the swizzled q halves at sbase (16-byte chunk i
+// % 16 of M-row i / 16, for i = i0, i0 + step, ... below end): M-row mr is row mr / G of the
+// tile at head g G + mr % G, zero where the row is unused.
+__device__ __forceinline__ void aw_store_q(u32 sbase, const Args& A, const Tile& tile, u32 g,
+                                           u32 G, u32 i0, u32 step, u32 end) {
+    for (u32 i = i0; i < end; i += step) {
         const u32 mr = i / 16, c = i % 16, ri = mr / G;
         uint4 v = make_uint4(0, 0, 0, 0);
         if (ri < tile.nr)
@@ -169,6 +170,97 @@ __device__ void attend_wg(const Args& A, const Tile& tile, u32 g, u32 G, u32 sba
                      "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                      : "memory");
     }
+}
+
+// p(t)'s pieces as wgmma A registers: a[16-position step][piece][register] (split_step).
+__device__ __forceinline__ void aw_split_all(const float (&s)[8][4], u32 (&a)[4][3][4]) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        u32 x[4][3];
+        split_step<8>(s, kk, x);
+#pragma unroll
+        for (int p = 0; p < 3; p++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) a[kk][p][r] = x[r][p];
+    }
+}
+
+// o += P(t) V(t) (the V tile at vb): per 16-position step in order, the pieces in order;
+// committed as one group (not waited for).
+__device__ __forceinline__ void aw_pv_all(float* o, const u32 (&a)[4][3][4], u32 vb) {
+    wg_fence();  // o and a were written by this thread
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+        for (int p = 0; p < 3; p++) aw_pv(o, a[kk][p], wg_desc_at(vb + kk * 2048, AW_V_LBO, AW_V_SBO));
+    wg_commit();
+}
+
+// A split ends with state (mf, lf, o): O = o (the first split) or the sequential merge into
+// (M, L, O); o starts again at 0. Ot: this thread's totals, elements 4q..4q + 3 at Ot[q
+// AW_THREADS] (a warp's 16-byte accesses then meet no bank twice).
+__device__ __forceinline__ void aw_close_split(bool first, float (&M)[2], float (&L)[2],
+                                               const float (&mf)[2], const float (&lf)[2],
+                                               float (&o)[64], float4* Ot) {
+    if (first) {
+        for (int k = 0; k < 2; k++) { M[k] = mf[k]; L[k] = lf[k]; }
+#pragma unroll
+        for (int q = 0; q < 16; q++)
+            Ot[q * AW_THREADS] = make_float4(o[4 * q], o[4 * q + 1], o[4 * q + 2], o[4 * q + 3]);
+    } else {
+        float ma[2], mc[2];
+        for (int k = 0; k < 2; k++) merge_ml(M[k], L[k], mf[k], lf[k], ma[k], mc[k]);
+#pragma unroll
+        for (int q = 0; q < 16; q++) {
+            float4 v = Ot[q * AW_THREADS];
+            v.x = merge_o(v.x, o[4 * q], ma[0], mc[0]);
+            v.y = merge_o(v.y, o[4 * q + 1], ma[0], mc[0]);
+            v.z = merge_o(v.z, o[4 * q + 2], ma[1], mc[1]);
+            v.w = merge_o(v.w, o[4 * q + 3], ma[1], mc[1]);
+            Ot[q * AW_THREADS] = v;
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 64; e++) o[e] = 0.0f;
+}
+
+// o *= alpha of its row (accumulator columns 0, 1: row lane / 4; 2, 3: + 8).
+__device__ __forceinline__ void aw_rescale(float (&o)[64], const float (&alpha)[2]) {
+#pragma unroll
+    for (int d = 0; d < 16; d++) {
+        o[4 * d] = __fmul_rn(o[4 * d], alpha[0]);
+        o[4 * d + 1] = __fmul_rn(o[4 * d + 1], alpha[0]);
+        o[4 * d + 2] = __fmul_rn(o[4 * d + 2], alpha[1]);
+        o[4 * d + 3] = __fmul_rn(o[4 * d + 3], alpha[1]);
+    }
+}
+
+// out = finish(O / L) of this thread's two M-rows (mr0 + lane / 4, + 8; Ot as above:
+// accumulator columns 0, 1 of a chunk are row lane / 4's, 2, 3 row lane / 4 + 8's).
+__device__ __forceinline__ void aw_write_out(const Args& A, const Tile& tile, u32 g, u32 G,
+                                             const int (&prow)[2], const float (&L)[2],
+                                             const float4* Ot, u32 mr0, u32 lane) {
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        if (prow[k] < 0) continue;
+        const u32 mr = mr0 + lane / 4 + 8 * k;
+        const u32 r = tile.b + mr / G, h = g * G + mr % G;
+#pragma unroll
+        for (int d = 0; d < 16; d++) {
+            const float4 O = Ot[d * AW_THREADS];
+            const u32 v = k == 0 ? pack_bf2(finish(O.x, L[0]), finish(O.y, L[0]))
+                                 : pack_bf2(finish(O.z, L[1]), finish(O.w, L[1]));
+            *(u32*)(A.out + ((u64)r * A.heads + h) * 128 + d * 8 + (lane % 4) * 2) = v;
+        }
+    }
+}
+
+// One row tile of kv head g: attention.cu's definition for its M-rows (header above).
+__device__ void attend_wg(const Args& A, const Tile& tile, u32 g, u32 G, u32 sbase, float4* Os,
+                          u32* tbl) {
+    const u32 wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x & 31;
+    __syncthreads();  // the previous row tile is done with shared memory
+    aw_store_q(sbase, A, tile, g, G, threadIdx.x, AW_THREADS, AW_MROWS * 16);
     fence_proxy_async();  // q is read by wgmma (the async proxy) after the first barrier
     int prow[2];
     row_positions(prow, A, tile, G, 64 * wg + 16 * warp, lane);
@@ -221,27 +313,13 @@ __device__ void attend_wg(const Args& A, const Tile& tile, u32 g, u32 G, u32 sba
         cp_async_commit();
         const bool fresh = NEXT && ((t + 1) * TK) % SPLIT == 0;
         u32 a[4][3][4];  // p(t)'s pieces: [16-position step][piece][A register]
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            u32 x[4][3];
-            split_step<8>(s, kk, x);
-#pragma unroll
-            for (int p = 0; p < 3; p++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) a[kk][p][r] = x[r][p];
-        }
+        aw_split_all(s, a);
         // Scores of tile t + 1 go to the tensor cores first, then P(t) V(t); the softmax of
         // t + 1 runs while P V does. o's operations stay in attend()'s order: ... + P(t) V(t),
         // then * alpha(t + 1), then + P(t + 1) V(t + 1).
         if (NEXT) aw_scores(s, qb, sbase + AW_K + ((t + 1) % 2) * AW_TILE);
         const u32 vb = sbase + AW_V + (t % 2) * AW_TILE;
-        wg_fence();  // o and a were written by this thread
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-            for (int p = 0; p < 3; p++)
-                aw_pv(o, a[kk][p], wg_desc_at(vb + kk * 2048, AW_V_LBO, AW_V_SBO));
-        wg_commit();
+        aw_pv_all(o, a, vb);
         const float mf[2] = {m[0], m[1]}, lf[2] = {l[0], l[1]};  // split state through t
         if (NEXT) {
             wg_wait<1>();  // the scores of t + 1
@@ -250,66 +328,19 @@ __device__ void attend_wg(const Args& A, const Tile& tile, u32 g, u32 G, u32 sba
             softmax_tile<8>(s, t + 1, prow, A.scale, lane, NEG, m, l, alpha);
         }
         wg_wait<0>();  // o holds P(t) V(t)
-        if (!NEXT || fresh) {
-            // The split ends: O = o (the first) or the sequential merge; o starts again at 0.
-            if ((t * TK) / SPLIT == 0) {
-                for (int k = 0; k < 2; k++) { M[k] = mf[k]; L[k] = lf[k]; }
-#pragma unroll
-                for (int e = 0; e < 64; e++) Os[e * AW_THREADS + threadIdx.x] = o[e];
-            } else {
-                float ma[2], mc[2];
-                for (int k = 0; k < 2; k++) merge_ml(M[k], L[k], mf[k], lf[k], ma[k], mc[k]);
-#pragma unroll
-                for (int e = 0; e < 64; e++) {
-                    float* O = Os + e * AW_THREADS + threadIdx.x;
-                    *O = merge_o(*O, o[e], ma[(e % 4) / 2], mc[(e % 4) / 2]);
-                }
-            }
-#pragma unroll
-            for (int e = 0; e < 64; e++) o[e] = 0.0f;
-        }
-        if (NEXT) {
-#pragma unroll
-            for (int d = 0; d < 16; d++) {
-                o[4 * d] = __fmul_rn(o[4 * d], alpha[0]);
-                o[4 * d + 1] = __fmul_rn(o[4 * d + 1], alpha[0]);
-                o[4 * d + 2] = __fmul_rn(o[4 * d + 2], alpha[1]);
-                o[4 * d + 3] = __fmul_rn(o[4 * d + 3], alpha[1]);
-            }
-        }
+        if (!NEXT || fresh) aw_close_split((t * TK) / SPLIT == 0, M, L, mf, lf, o, Os + threadIdx.x);
+        if (NEXT) aw_rescale(o, alpha);
     };
     for (u32 t = 0; t + 1 < nt; t++) step(t, true);
     step(nt - 1, false);
-    for (int k = 0; k < 2; k++) {
-        if (prow[k] < 0) continue;
-        const u32 mr = 64 * wg + 16 * warp + lane / 4 + 8 * k;
-        const u32 r = tile.b + mr / G, h = g * G + mr % G;
-#pragma unroll
-        for (int d = 0; d < 16; d++) {
-            const float* O = Os + (4 * d + 2 * k) * AW_THREADS + threadIdx.x;
-            const u32 v = pack_bf2(finish(O[0], L[k]), finish(O[AW_THREADS], L[k]));
-            *(u32*)(A.out + ((u64)r * A.heads + h) * 128 + d * 8 + (lane % 4) * 2) = v;
-        }
-    }
+    aw_write_out(A, tile, g, G, prow, L, Os + threadIdx.x, 64 * wg + 16 * warp, lane);
 }
 #endif  // WG_ENABLED
 
-// The prefill entry (walk mode: every split, no partials), head_dim 128, sm_90a. grid:
-// (windows of RPC rows) x kv heads; block AW_THREADS; dynamic shared memory AW_SMEM.
-extern "C" __global__ void __launch_bounds__(AW_THREADS, 1) attention_wg_hd128(ATTN_PARAMS) {
-    pdl_wait();
-    pdl_launch();
-#if WG_ENABLED
-    ATTN_ARGS(0);
-    extern __shared__ __align__(16) unsigned char aw_smem[];
-    __shared__ u32 starts[AW_MROWS / 32];
-    const u32 raw = smem_u32(aw_smem), sbase = (raw + 1023) & ~1023u;
-    float* Os = (float*)(aw_smem + (sbase - raw) + AW_O);
-    u32* tbl = (u32*)(aw_smem + (sbase - raw) + AW_T);
-    const u32 G = heads / kvh, rpc = AW_MROWS / G;
-    const u32 nwin = (rows + rpc - 1) / rpc;
-    const u32 w = nwin - 1 - blockIdx.x / kvh, g = blockIdx.x % kvh, b0 = w * rpc;
-    // Which rows of the window start a row tile (row_tile's test, one row a thread).
+// Which rows of the window from b0 start a row tile (row_tile's test, one row a thread of the
+// first AW_MROWS): bit j of starts[i] for row b0 + 32 i + j. The caller's barrier publishes it.
+__device__ __forceinline__ void aw_window_starts(u32* starts, const u32* positions,
+                                                 const u32* row_table, u32 rows, u32 rpc, u32 b0) {
     if (threadIdx.x < AW_MROWS) {
         const u32 b = b0 + threadIdx.x;
         bool start = b < rows && threadIdx.x < rpc;
@@ -320,14 +351,52 @@ extern "C" __global__ void __launch_bounds__(AW_THREADS, 1) attention_wg_hd128(A
         const u32 bits = __ballot_sync(0xffffffffu, start);
         if ((threadIdx.x & 31) == 0) starts[threadIdx.x / 32] = bits;
     }
+}
+
+#if WG_ENABLED
+// A prefill CTA's place: its shared memory (the 1,024-aligned base, the split totals, the block
+// table), kv head g, the window's first row b0 and its rows RPC = AW_MROWS / G; `starts`
+// filled by aw_window_starts (published by the caller's barrier).
+struct AwCta {
+    u32 sbase;
+    float4* Os;
+    u32* tbl;
+    u32 G, rpc, g, b0;
+};
+__device__ __forceinline__ AwCta aw_cta(unsigned char* smem, const Args& A, u32* starts) {
+    AwCta c;
+    const u32 raw = smem_u32(smem);
+    c.sbase = (raw + 1023) & ~1023u;
+    c.Os = (float4*)(smem + (c.sbase - raw) + AW_O);
+    c.tbl = (u32*)(smem + (c.sbase - raw) + AW_T);
+    c.G = A.heads / A.kvh;
+    c.rpc = AW_MROWS / c.G;
+    const u32 nwin = (A.rows + c.rpc - 1) / c.rpc;
+    c.g = blockIdx.x % A.kvh;
+    c.b0 = (nwin - 1 - blockIdx.x / A.kvh) * c.rpc;
+    aw_window_starts(starts, A.positions, A.row_table, A.rows, c.rpc, c.b0);
+    return c;
+}
+#endif
+
+// The prefill entry (walk mode: every split, no partials), head_dim 128, sm_90a. grid:
+// (windows of RPC rows) x kv heads; block AW_THREADS; dynamic shared memory AW_SMEM.
+extern "C" __global__ void __launch_bounds__(AW_THREADS, 1) attention_wg_hd128(ATTN_PARAMS) {
+    pdl_wait();
+    pdl_launch();
+#if WG_ENABLED
+    ATTN_ARGS(0);
+    extern __shared__ __align__(16) unsigned char aw_smem[];
+    __shared__ u32 starts[AW_MROWS / 32];
+    const AwCta c = aw_cta(aw_smem, a, starts);
     __syncthreads();
     for (u32 i = 0; i < AW_MROWS / 32; i++) {
         u32 bits = starts[i];
         while (bits) {
             const u32 j = __ffs(bits) - 1;
             bits &= bits - 1;
-            const Tile tile = row_tile(positions, row_table, b0 + 32 * i + j, rows, rpc);
-            attend_wg(a, tile, g, G, sbase, Os, tbl);
+            const Tile tile = row_tile(positions, row_table, c.b0 + 32 * i + j, rows, c.rpc);
+            attend_wg(a, tile, c.g, c.G, c.sbase, c.Os, c.tbl);
         }
     }
 #endif

@@ -225,7 +225,8 @@ fn prefill_attention_time() {
     let mut kv = pool(&g, 2, shape.1, shape.2, len);
     let s = seq(&g, &mut kv, &mut rng, shape, len);
     let qw = s.heads * s.hd;
-    let env = std::env::var("TENSORFOLD_ATTN_WG").unwrap_or_default();
+    let env =
+        ["TENSORFOLD_ATTN_WG", "TENSORFOLD_ATTN_WS"].map(|k| std::env::var(k).unwrap_or_default());
     for rows in [2048usize, 8192] {
         let b = g.prepare_batch(&one_seq(0, rows, &s.table)).unwrap();
         let q = up(&g, rows, qw, &s.q[..rows * qw]);
@@ -235,7 +236,7 @@ fn prefill_attention_time() {
         });
         let flops = 4.0 * (s.hd * s.heads) as f64 * (rows * (rows + 1) / 2) as f64;
         println!(
-            "prefill attention, {rows} rows (TENSORFOLD_ATTN_WG={env:?}): {:.1} us a call, {:.0} TFLOP/s causal",
+            "prefill attention, {rows} rows (TENSORFOLD_ATTN_WG, _WS = {env:?}): {:.1} us a call, {:.0} TFLOP/s causal",
             t * 1e6,
             flops / t / 1e12
         );

@@ -152,6 +152,20 @@ pub(crate) const fn attention_wg_smem() -> u32 {
         as u32
 }
 
+/// The same CTA with a copy warpgroup (`attention90ws.cu`): `WS_THREADS` threads, the
+/// shared memory of `attention_wg_hd128`, its eight mbarriers and 8 bytes a consumer thread
+/// (`AWS_SMEM`). `TENSORFOLD_ATTN_WS=0` (an A/B switch, read once: the same bits either way)
+/// takes `attention_wg_hd128` instead.
+pub(crate) const WS_ENTRY: &str = "attention_ws_hd128";
+pub(crate) const WS_THREADS: u32 = 384;
+pub(crate) const fn attention_ws_smem() -> u32 {
+    attention_wg_smem() + 64 + 8 * WG_THREADS
+}
+fn ws_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TENSORFOLD_ATTN_WS").map_or(true, |v| v != "0"))
+}
+
 /// Whether walk mode takes the wgmma CTA for `rows` rows of `seqs` sequences: head_dim 128
 /// on sm_90a, unless `TENSORFOLD_ATTN_WG=0` (an A/B switch, read once: the same bits either
 /// way). A group of more than `WG_MROWS` query heads (no such model) takes the mma.sync CTA.
@@ -366,6 +380,8 @@ fn launch(
         && wg_walk(be, a.head_dim, group, rows, batch.meta.seqs.len());
     let (name, smem) = if dec {
         (split_entry, attention_dec_smem(a.head_dim, split))
+    } else if wg && ws_on() {
+        (WS_ENTRY, attention_ws_smem())
     } else if wg {
         (WG_ENTRY, attention_wg_smem())
     } else {
@@ -374,8 +390,8 @@ fn launch(
     let looped = dec && split_loop();
     let z = if split_mode { split_grid(rows, a.kv_heads, nsplit, be.sms, looped) } else { 1 };
     // The wgmma CTA takes a window of WG_MROWS / group rows (the row tiles starting in it).
-    let (ctas, threads) =
-        if wg { (rows.div_ceil(WG_MROWS / group), WG_THREADS) } else { (rows, 128) };
+    let threads = if ws_on() { WS_THREADS } else { WG_THREADS };
+    let (ctas, threads) = if wg { (rows.div_ceil(WG_MROWS / group), threads) } else { (rows, 128) };
     let cfg = LaunchConfig {
         grid_dim: ((ctas * a.kv_heads) as u32, 1, z as u32),
         block_dim: (threads, 1, 1),
@@ -447,6 +463,11 @@ mod tests {
     fn the_wg_table_mirrors_the_kernel_source() {
         let src = include_str!("../../kernels/attention90.cu");
         assert!(src.contains(&format!("#define AW_TBL {WG_TABLE}\n")), "AW_TBL is not {WG_TABLE}");
+        // attention_ws_smem: AW_SMEM + the mbarriers + 8 bytes a consumer thread.
+        let ws = include_str!("../../kernels/attention90ws.cu");
+        let smem = "#define AWS_SMEM (AWS_BAR + 64 + 8 * AW_THREADS + 1024)\n";
+        assert!(ws.contains(smem) && src.contains("#define AW_SMEM (AW_T + AW_TBL * 4 + 1024)\n"));
+        assert!(ws.contains("#define AWS_BAR (AW_T + AW_TBL * 4)\n"));
     }
 
     /// `attention_dec_smem` sizes the decode CTA's tile maxima for `DEC_WARPS` parts a tile

@@ -34,14 +34,15 @@ pub const FAMILIES: &[Family] = &[
     Family { name: "rope", source: include_str!("../../kernels/rope.cu") },
     Family { name: "elementwise", source: include_str!("../../kernels/elementwise.cu") },
     Family { name: "kv", source: include_str!("../../kernels/kv.cu") },
-    // One unit from three files (the general CTA; the decode CTA and the entry points; the
-    // wgmma prefill CTA, sm_90a).
+    // One unit from four files (the general CTA; the decode CTA and the entry points; the
+    // wgmma prefill CTA and its copy-warpgroup form, sm_90a).
     Family {
         name: "attention",
         source: concat!(
             include_str!("../../kernels/attention.cu"),
             include_str!("../../kernels/attention_dec.cu"),
-            include_str!("../../kernels/attention90.cu")
+            include_str!("../../kernels/attention90.cu"),
+            include_str!("../../kernels/attention90ws.cu")
         ),
     },
     // One unit from two files (the products; the fused norm prologue's entries).

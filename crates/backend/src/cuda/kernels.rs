@@ -27,7 +27,8 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
 use super::attention::{
-    attention_dec_smem, attention_smem, attention_wg_smem, MAX_SPLIT, WG_ENTRY, WG_THREADS,
+    attention_dec_smem, attention_smem, attention_wg_smem, attention_ws_smem, MAX_SPLIT, WG_ENTRY,
+    WG_THREADS, WS_ENTRY, WS_THREADS,
 };
 use super::compile::{self, Family, FAMILIES};
 use super::wgmma;
@@ -168,6 +169,12 @@ pub(crate) const ENTRIES: &[Entry] = &[
         threads: WG_THREADS,
         dyn_smem: attention_wg_smem(),
     },
+    Entry {
+        name: WS_ENTRY,
+        family: "attention",
+        threads: WS_THREADS,
+        dyn_smem: attention_ws_smem(),
+    },
     e("attention_combine", "attention", 128),
     e("argmax_f32", "sample", 1024),
     e("sample_rows", "sample", 1024),
@@ -229,11 +236,11 @@ pub(crate) const ENTRIES: &[Entry] = &[
 ];
 
 /// Whether the backend ever launches `en` on `arch`: the `gemm90` family and the wgmma
-/// attention entry only on sm_90a; elsewhere they compile to empty entry points that are never
+/// attention entries only on sm_90a; elsewhere they compile to empty entry points that are never
 /// launched, so their launch shared memory (more than sm_89 has) is neither requested nor
 /// checked there.
 fn launched_on(en: &Entry, arch: &str) -> bool {
-    let wgmma_only = en.family == wgmma::FAMILY || en.name == WG_ENTRY;
+    let wgmma_only = en.family == wgmma::FAMILY || en.name == WG_ENTRY || en.name == WS_ENTRY;
     !wgmma_only || wgmma::runs_on(arch)
 }
 

@@ -1,0 +1,233 @@
+// Attention, part 4 (one unit after attention90.cu): the wgmma prefill CTA with its loads on
+// a warpgroup of their own (sm_90a, head_dim 128). Per M-row it computes attention.cu's
+// definition with attention90.cu's operations in attention90.cu's order (aw_scores,
+// softmax_tile, aw_split_all, aw_pv_all, aw_close_split, aw_rescale, aw_write_out): only
+// who brings K and V, and how the two wgmma warpgroups wait for them, change.
+//
+// Why: attention_wg_hd128's 256 threads copy each K and V tile themselves and meet at one CTA
+// barrier a tile, so both warpgroups run their softmax and their splits at the same moment
+// and leave the tensor cores idle together (session 14's ncu: issue slots 40% busy, 0.58
+// eligible warps a scheduler; session 22: 232 us a layer at 2,048 rows against cuDNN's 89
+// for half the products). Here (as FlashAttention-3's producer / consumer split; read, not
+// copied) warpgroup 0 only copies: it gives its registers up (setmaxnreg), and for each K
+// or V tile waits until both consumers freed the buffer (`empty`), copies the tile by 16-byte
+// cp.async with attention90.cu's swizzle and zero fill, and once its copies landed
+// (wait_group, then a proxy fence, as the CTA barrier did) arrives on the buffer's `full`
+// mbarrier. Warpgroups 1 and 2 each run attend_wg's loop on their 64 M-rows, waiting on
+// `full` before the scores of a K tile and before P V of a V tile, and freeing a buffer (one
+// arrival a warp) once the wgmma that read it completed; no CTA barrier in the loop, so one
+// warpgroup's softmax can run beside the other's products.
+//
+// Order of the copies, the same for both sides: per row tile K(0), then K(t + 1) (when it
+// exists) and V(t) for t = 0, 1, ...; buffers K and V alternate two each, counters running
+// on across the row tiles of a CTA. The producer signals a copy one copy late (it waits
+// for the copy before the newest): each buffer it then waits for was freed by consumers
+// that needed only copies at least two before it, so the wait always ends.
+
+#if WG_ENABLED
+#define AWS_THREADS (AW_THREADS + 128)
+// The mbarriers after the block table: full K, full V, empty K, empty V, two each; then 8
+// bytes a consumer thread that only pin the softmax in place (aws_consume).
+#define AWS_BAR (AW_T + AW_TBL * 4)
+#define AWS_SMEM (AWS_BAR + 64 + 8 * AW_THREADS + 1024)
+
+__device__ __forceinline__ void aws_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void aws_bar(u32 id) {
+    asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
+}
+
+// The producer side: copy number c of kind kind (0 K, 1 V) goes to buffer c % 2.
+struct AwsQueue {
+    u32 sbase, bars;
+    u32 count[2];  // copies of each kind so far
+    u32 pend;      // the full mbarrier of the copy not yet signalled (0: none)
+    __device__ __forceinline__ u32 buf(u32 kind, u32 c) const {
+        return sbase + (kind ? AW_V : AW_K) + (c % 2) * AW_TILE;
+    }
+    __device__ __forceinline__ u32 full(u32 kind, u32 c) const { return bars + 8 * (2 * kind + c % 2); }
+    __device__ __forceinline__ u32 empty(u32 kind, u32 c) const {
+        return bars + 32 + 8 * (2 * kind + c % 2);
+    }
+};
+
+// K or V rows of KV tile t into dst, as aw_load_kv, by the producer's 128 threads (p: the
+// thread's index among them): 8 rows a thread, each block id read just before its copy (the
+// copies run ahead of the consumers, so the read's latency is off their path, and the
+// producer's 40 registers hold no array of ids).
+__device__ __forceinline__ void aws_load_kv(u32 dst, const bf16* pool, const AwTable& table, u32 t,
+                                            u32 n, u64 base, u64 gofs, u32 p) {
+    const u32 c = p % 16;
+#pragma unroll
+    for (u32 q = 0; q < TK * 16 / 128; q++) {
+        const u32 r = (p + q * 128) / 16, j = t * TK + r;
+        const bf16* src = pool;
+        if (j < n) src = pool + (u64)table.block(j) * base + gofs + (u64)table.slot(j) * 128 + c * 8;
+        cp_async16(dst + (c / 8) * AW_KHALF + wg_sw(r, c % 8), src, j < n);
+    }
+}
+
+// One copy: wait for its buffer, copy, then signal the copy before it.
+__device__ __forceinline__ void aws_copy(AwsQueue& Q, u32 kind, const bf16* pool,
+                                         const AwTable& table, u32 t, u32 n, u64 base, u64 gofs,
+                                         u32 p) {
+    const u32 c = Q.count[kind]++;
+    mbar_wait_parity(Q.empty(kind, c), ((c / 2) & 1) ^ 1);
+    aws_load_kv(Q.buf(kind, c), pool, table, t, n, base, gofs, p);
+    cp_async_commit();
+    if (Q.pend) {
+        cp_async_wait<1>();
+        fence_proxy_async();
+        aws_arrive(Q.pend);
+    }
+    Q.pend = Q.full(kind, c);
+}
+
+// The producer's part of one row tile of kv head g: its block table into tbl (when it fits),
+// then K(0), and K(t + 1), V(t) for every tile t.
+__device__ void aws_produce(const Args& A, const Tile& tile, u32 g, u32* tbl, AwsQueue& Q, u32 p) {
+    const KvAt at = kv_at<128>(A, tile, g);
+    AwTable tb = {at.table, (u32)__ffs(A.bs) - 1};
+    const u32 nblk = (tile.n + A.bs - 1) >> tb.shift;
+    if (nblk <= AW_TBL) {
+        aws_bar(1);  // every producer thread has issued the previous row tile's copies
+        for (u32 i = p; i < nblk; i += 128) tbl[i] = at.table[i];
+        aws_bar(1);
+        tb.ids = tbl;
+    }
+    const u32 nt = (tile.n + TK - 1) / TK;
+    aws_copy(Q, 0, A.pool, tb, 0, tile.n, at.base, at.gofs, p);
+    for (u32 t = 0; t < nt; t++) {
+        if (t + 1 < nt) aws_copy(Q, 0, A.pool, tb, t + 1, tile.n, at.base, at.gofs, p);
+        aws_copy(Q, 1, A.pool, tb, t, tile.n, at.base, at.gofs + at.plane, p);
+    }
+}
+
+// The consumer side: waits for copy c of a kind and frees its buffer after use.
+struct AwsTake {
+    u32 sbase, bars, pin;
+    u32 count[2];
+    __device__ __forceinline__ u32 take(u32 kind, u32 c) const {
+        mbar_wait_parity(bars + 8 * (2 * kind + c % 2), (c / 2) & 1);
+        return sbase + (kind ? AW_V : AW_K) + (c % 2) * AW_TILE;
+    }
+    __device__ __forceinline__ void give(u32 kind, u32 c, u32 lane) const {
+        __syncwarp();
+        if (lane == 0) aws_arrive(bars + 32 + 8 * (2 * kind + c % 2));
+    }
+};
+
+// One row tile of kv head g on consumer warpgroup wg (its 64 M-rows, ct: the thread's index
+// among the consumers): attend_wg's loop with the producer's buffers.
+__device__ void aws_consume(const Args& A, const Tile& tile, u32 g, u32 G, u32 ct, float4* Os,
+                            AwsTake& T) {
+    const u32 wg = ct / 128, warp = (ct % 128) / 32, lane = ct & 31;
+    aws_bar(2 + wg);  // the warpgroup's wgmmas of the previous row tile read q no more
+    aw_store_q(T.sbase, A, tile, g, G, wg * 1024 + ct % 128, 128, (wg + 1) * 1024);
+    fence_proxy_async();  // q is read by wgmma (the async proxy) after the barrier
+    aws_bar(2 + wg);
+    int prow[2];
+    row_positions(prow, A, tile, G, 64 * wg + 16 * warp, lane);
+    const float NEG = -__int_as_float(0x7f800000);
+    float M[2] = {NEG, NEG}, L[2] = {0.0f, 0.0f};
+    float m[2] = {NEG, NEG}, l[2] = {0.0f, 0.0f}, o[64];
+#pragma unroll
+    for (int e = 0; e < 64; e++) o[e] = 0.0f;
+    const u32 nt = (tile.n + TK - 1) / TK;
+    const u32 qb = T.sbase + wg * 64 * 128;
+    const u32 k0 = T.count[0], v0 = T.count[1];
+    T.count[0] += nt;
+    T.count[1] += nt;
+    float s[8][4], alpha[2];
+    aw_scores(s, qb, T.take(0, k0));
+    wg_wait<0>();
+    T.give(0, k0, lane);
+    softmax_tile<8>(s, 0, prow, A.scale, lane, NEG, m, l, alpha);
+    auto step = [&](u32 t, const bool NEXT) {
+        const bool fresh = NEXT && ((t + 1) * TK) % SPLIT == 0;
+        u32 a[4][3][4];
+        aw_split_all(s, a);
+        if (NEXT) aw_scores(s, qb, T.take(0, k0 + t + 1));
+        aw_pv_all(o, a, T.take(1, v0 + t));
+        const float mf[2] = {m[0], m[1]}, lf[2] = {l[0], l[1]};
+        if (NEXT) {
+            wg_wait<1>();  // the scores of t + 1
+            T.give(0, k0 + t + 1, lane);
+            if (fresh)
+                for (int k = 0; k < 2; k++) { m[k] = NEG; l[k] = 0.0f; }
+            // Tiles wholly at or below every row of the warp need no causal compare (the
+            // same values: the compare would keep every score).
+            const int lo = min(prow[0], prow[1]);
+            if (__all_sync(0xffffffffu, (int)((t + 1) * TK + TK - 1) <= lo))
+                softmax_tile<8, true>(s, t + 1, prow, A.scale, lane, NEG, m, l, alpha);
+            else
+                softmax_tile<8>(s, t + 1, prow, A.scale, lane, NEG, m, l, alpha);
+            // Pins the softmax before the wait below: l needs every p of the tile, and ptxas
+            // keeps this store ahead of the wait; without it ptxas sank ~28 of the 34 exps
+            // past the wait (the PTX has them before it), so they ran after P V, not beside it.
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(T.pin + 8 * ct), "f"(l[0]),
+                         "f"(l[1])
+                         : "memory");
+        }
+        wg_wait<0>();  // o holds P(t) V(t)
+        T.give(1, v0 + t, lane);
+        if (!NEXT || fresh) aw_close_split((t * TK) / SPLIT == 0, M, L, mf, lf, o, Os + ct);
+        // o * 1 is o, bit for bit: a warp whose rows kept their maxima skips the products.
+        if (NEXT && !__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f))
+            aw_rescale(o, alpha);
+    };
+    for (u32 t = 0; t + 1 < nt; t++) step(t, true);
+    step(nt - 1, false);
+    aw_write_out(A, tile, g, G, prow, L, Os + ct, 64 * wg + 16 * warp, lane);
+}
+#endif  // WG_ENABLED
+
+// The prefill entry with a copy warpgroup (walk mode), head_dim 128, sm_90a: attention_wg_hd128's
+// grid and rows. block AWS_THREADS (384); dynamic shared memory AWS_SMEM.
+extern "C" __global__ void __launch_bounds__(384, 1) attention_ws_hd128(ATTN_PARAMS) {
+    pdl_wait();
+    pdl_launch();
+#if WG_ENABLED
+    ATTN_ARGS(0);
+    extern __shared__ __align__(16) unsigned char aw_smem[];
+    __shared__ u32 starts[AW_MROWS / 32];
+    const AwCta c = aw_cta(aw_smem, a, starts);
+    const u32 bars = c.sbase + AWS_BAR;
+    if (threadIdx.x == 0) {
+        for (u32 i = 0; i < 4; i++) {
+            mbar_init_at(bars + 8 * i, 128);      // full: every producer thread
+            mbar_init_at(bars + 32 + 8 * i, 8);   // empty: every consumer warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    // The role from a shuffle, so ptxas knows it is warp-uniform (gemm90ws.cu).
+    const u32 role = __shfl_sync(0xffffffffu, threadIdx.x >> 7, 0);
+    if (role == 0) {
+        // 56 + 2 x 224 registers a thread over the warpgroups: no spills either side (40 / 232
+        // spilled the producer's pointers).
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;" ::: "memory");
+        AwsQueue Q = {c.sbase, bars, {0, 0}, 0};
+        for (u32 i = 0; i < AW_MROWS / 32; i++)
+            for (u32 bits = starts[i]; bits; bits &= bits - 1) {
+                const u32 b = c.b0 + 32 * i + __ffs(bits) - 1;
+                aws_produce(a, row_tile(positions, row_table, b, rows, c.rpc), c.g, c.tbl, Q, threadIdx.x);
+            }
+        if (Q.pend) {
+            cp_async_wait<0>();
+            fence_proxy_async();
+            aws_arrive(Q.pend);
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;" ::: "memory");
+    AwsTake T = {c.sbase, bars, bars + 64, {0, 0}};
+    for (u32 i = 0; i < AW_MROWS / 32; i++)
+        for (u32 bits = starts[i]; bits; bits &= bits - 1) {
+            const u32 b = c.b0 + 32 * i + __ffs(bits) - 1;
+            aws_consume(a, row_tile(positions, row_table, b, rows, c.rpc), c.g, c.G, threadIdx.x - 128,
+                        c.Os, T);
+        }
+#endif
+}
