@@ -29,7 +29,10 @@
 // argument), which drops fexp's range fix, 3 of its 4 instructions (~7% of the consumer's
 // instructions a tile): 197.5 / 198.4 us against 197.7 / 197.6 at 2,048 rows, prefill level.
 // The consumers' instruction count does not set the pace (the tensor pipe is 37% busy, ncu):
-// the waits on their own wgmma chains do, per 64-position tile.
+// the waits on their own wgmma chains do, per 64-position tile. Also (same session): three K
+// and three V buffers (the third pair past the pins): 195.2 / 197.6 us against 198.4 / 198.8,
+// prefill 8,192 / 32,768 no faster (27.3k / 15.07k against 27.6k / 15.09k): the copies were
+// not late with two.
 
 #if WG_ENABLED
 #define AWS_THREADS (AW_THREADS + 128)
