@@ -132,25 +132,31 @@ struct AwTable {
 };
 
 // K (or V: gofs + plane) rows of KV tile t into a tile at shared address dst: position r's
-// 16-byte chunk c at half c / 8, swizzled row r; positions >= n zero (no pool read). A thread
-// copies AW_KV_ROWS rows (the block is AW_THREADS); their block ids are all read before the
-// first copy (a copy writes shared memory, where the ids may be, so the compiler keeps every
-// read before it in program order).
-#define AW_KV_ROWS (TK * 16 / AW_THREADS)
+// 16-byte chunk c at half c / 8, swizzled row r; positions >= n zero (no pool read). The N
+// copying threads (p: this one's index among them) take TK * 16 / N rows each. IDS_FIRST: a
+// thread's block ids are all read before its first copy (a copy writes shared memory, where
+// the ids may be, so the compiler keeps every read before it in program order); without, each
+// id is read just before its copy (the copy warpgroup, attention90ws.cu: its copies run ahead
+// of their use, and its 56 registers hold no array of ids without spilling).
+template <u32 N, bool IDS_FIRST>
 __device__ __forceinline__ void aw_load_kv(u32 dst, const bf16* pool, const AwTable& table, u32 t,
-                                           u32 n, u64 base, u64 gofs) {
-    const u32 c = threadIdx.x % 16;
-    u32 blk[AW_KV_ROWS];
+                                           u32 n, u64 base, u64 gofs, u32 p) {
+    constexpr u32 ROWS = TK * 16 / N;
+    const u32 c = p % 16;
+    u32 blk[ROWS];
 #pragma unroll
-    for (u32 q = 0; q < AW_KV_ROWS; q++) {
-        const u32 j = t * TK + (threadIdx.x + q * AW_THREADS) / 16;
+    for (u32 q = 0; q < ROWS && IDS_FIRST; q++) {
+        const u32 j = t * TK + (p + q * N) / 16;
         blk[q] = j < n ? table.block(j) : 0;
     }
 #pragma unroll
-    for (u32 q = 0; q < AW_KV_ROWS; q++) {
-        const u32 r = (threadIdx.x + q * AW_THREADS) / 16, j = t * TK + r;
+    for (u32 q = 0; q < ROWS; q++) {
+        const u32 r = (p + q * N) / 16, j = t * TK + r;
         const bf16* src = pool;
-        if (j < n) src = pool + (u64)blk[q] * base + gofs + (u64)table.slot(j) * 128 + c * 8;
+        if (j < n) {
+            const u32 id = IDS_FIRST ? blk[q] : table.block(j);
+            src = pool + (u64)id * base + gofs + (u64)table.slot(j) * 128 + c * 8;
+        }
         cp_async16(dst + (c / 8) * AW_KHALF + wg_sw(r, c % 8), src, j < n);
     }
 }
@@ -281,12 +287,12 @@ __device__ void attend_wg(const Args& A, const Tile& tile, u32 g, u32 G, u32 sba
     const u32 nt = (tile.n + TK - 1) / TK;
     const u32 qb = sbase + wg * 64 * 128;
     // Loads in flight at the top of iteration t: K(t + 1), V(t) (K(0) is waited for first).
-    aw_load_kv(sbase + AW_K, A.pool, tb, 0, tile.n, at.base, at.gofs);
+    aw_load_kv<AW_THREADS, true>(sbase + AW_K, A.pool, tb, 0, tile.n, at.base, at.gofs, threadIdx.x);
     cp_async_commit();
     if (nt > 1)
-        aw_load_kv(sbase + AW_K + AW_TILE, A.pool, tb, 1, tile.n, at.base, at.gofs);
+        aw_load_kv<AW_THREADS, true>(sbase + AW_K + AW_TILE, A.pool, tb, 1, tile.n, at.base, at.gofs, threadIdx.x);
     cp_async_commit();
-    aw_load_kv(sbase + AW_V, A.pool, tb, 0, tile.n, at.base, at.gofs + at.plane);
+    aw_load_kv<AW_THREADS, true>(sbase + AW_V, A.pool, tb, 0, tile.n, at.base, at.gofs + at.plane, threadIdx.x);
     cp_async_commit();
     cp_async_wait<2>();   // K(0) has arrived
     fence_proxy_async();  // ... visible to wgmma
@@ -304,12 +310,12 @@ __device__ void attend_wg(const Args& A, const Tile& tile, u32 g, u32 G, u32 sba
         // ... for every thread, and every warpgroup is done with K(t) and V(t - 1):
         __syncthreads();
         if (t + 2 < nt)
-            aw_load_kv(sbase + AW_K + (t % 2) * AW_TILE, A.pool, tb, t + 2, tile.n, at.base,
-                       at.gofs);
+            aw_load_kv<AW_THREADS, true>(sbase + AW_K + (t % 2) * AW_TILE, A.pool, tb, t + 2, tile.n, at.base,
+                       at.gofs, threadIdx.x);
         cp_async_commit();
         if (NEXT)
-            aw_load_kv(sbase + AW_V + ((t + 1) % 2) * AW_TILE, A.pool, tb, t + 1, tile.n,
-                       at.base, at.gofs + at.plane);
+            aw_load_kv<AW_THREADS, true>(sbase + AW_V + ((t + 1) % 2) * AW_TILE, A.pool, tb, t + 1, tile.n,
+                       at.base, at.gofs + at.plane, threadIdx.x);
         cp_async_commit();
         const bool fresh = NEXT && ((t + 1) * TK) % SPLIT == 0;
         u32 a[4][3][4];  // p(t)'s pieces: [16-position step][piece][A register]

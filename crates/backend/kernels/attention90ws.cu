@@ -50,11 +50,10 @@ __device__ __forceinline__ void aws_bar(u32 id) {
     asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
 
-// The producer side: copy number c of kind kind (0 K, 1 V) goes to buffer c % 2.
-struct AwsQueue {
+// Where copy number c of kind kind (0 K, 1 V) lives: buffer c % 2 (attention90.cu's tiles),
+// its `full` and `empty` mbarriers; both sides count copies the same way.
+struct AwsRing {
     u32 sbase, bars;
-    u32 count[2];  // copies of each kind so far
-    u32 pend;      // the full mbarrier of the copy not yet signalled (0: none)
     __device__ __forceinline__ u32 buf(u32 kind, u32 c) const {
         return sbase + (kind ? AW_V : AW_K) + (c % 2) * AW_TILE;
     }
@@ -62,38 +61,30 @@ struct AwsQueue {
     __device__ __forceinline__ u32 empty(u32 kind, u32 c) const {
         return bars + 32 + 8 * (2 * kind + c % 2);
     }
+    __device__ __forceinline__ static u32 parity(u32 c) { return (c / 2) & 1; }
 };
 
-// K or V rows of KV tile t into dst, as aw_load_kv, by the producer's 128 threads (p: the
-// thread's index among them): 8 rows a thread, each block id read just before its copy (the
-// copies run ahead of the consumers, so the read's latency is off their path, and the
-// producer's 40 registers hold no array of ids).
-__device__ __forceinline__ void aws_load_kv(u32 dst, const bf16* pool, const AwTable& table, u32 t,
-                                            u32 n, u64 base, u64 gofs, u32 p) {
-    const u32 c = p % 16;
-#pragma unroll
-    for (u32 q = 0; q < TK * 16 / 128; q++) {
-        const u32 r = (p + q * 128) / 16, j = t * TK + r;
-        const bf16* src = pool;
-        if (j < n) src = pool + (u64)table.block(j) * base + gofs + (u64)table.slot(j) * 128 + c * 8;
-        cp_async16(dst + (c / 8) * AW_KHALF + wg_sw(r, c % 8), src, j < n);
-    }
-}
+// The producer side.
+struct AwsQueue {
+    AwsRing r;
+    u32 count[2];  // copies of each kind so far
+    u32 pend;      // the full mbarrier of the copy not yet signalled (0: none)
+};
 
 // One copy: wait for its buffer, copy, then signal the copy before it.
 __device__ __forceinline__ void aws_copy(AwsQueue& Q, u32 kind, const bf16* pool,
                                          const AwTable& table, u32 t, u32 n, u64 base, u64 gofs,
                                          u32 p) {
     const u32 c = Q.count[kind]++;
-    mbar_wait_parity(Q.empty(kind, c), ((c / 2) & 1) ^ 1);
-    aws_load_kv(Q.buf(kind, c), pool, table, t, n, base, gofs, p);
+    mbar_wait_parity(Q.r.empty(kind, c), AwsRing::parity(c) ^ 1);
+    aw_load_kv<128, false>(Q.r.buf(kind, c), pool, table, t, n, base, gofs, p);
     cp_async_commit();
     if (Q.pend) {
         cp_async_wait<1>();
         fence_proxy_async();
         aws_arrive(Q.pend);
     }
-    Q.pend = Q.full(kind, c);
+    Q.pend = Q.r.full(kind, c);
 }
 
 // The producer's part of one row tile of kv head g: its block table into tbl (when it fits),
@@ -118,15 +109,16 @@ __device__ void aws_produce(const Args& A, const Tile& tile, u32 g, u32* tbl, Aw
 
 // The consumer side: waits for copy c of a kind and frees its buffer after use.
 struct AwsTake {
-    u32 sbase, bars, pin;
+    AwsRing r;
+    u32 pin;
     u32 count[2];
     __device__ __forceinline__ u32 take(u32 kind, u32 c) const {
-        mbar_wait_parity(bars + 8 * (2 * kind + c % 2), (c / 2) & 1);
-        return sbase + (kind ? AW_V : AW_K) + (c % 2) * AW_TILE;
+        mbar_wait_parity(r.full(kind, c), AwsRing::parity(c));
+        return r.buf(kind, c);
     }
     __device__ __forceinline__ void give(u32 kind, u32 c, u32 lane) const {
         __syncwarp();
-        if (lane == 0) aws_arrive(bars + 32 + 8 * (2 * kind + c % 2));
+        if (lane == 0) aws_arrive(r.empty(kind, c));
     }
 };
 
@@ -136,7 +128,7 @@ __device__ void aws_consume(const Args& A, const Tile& tile, u32 g, u32 G, u32 c
                             AwsTake& T) {
     const u32 wg = ct / 128, warp = (ct % 128) / 32, lane = ct & 31;
     aws_bar(2 + wg);  // the warpgroup's wgmmas of the previous row tile read q no more
-    aw_store_q(T.sbase, A, tile, g, G, wg * 1024 + ct % 128, 128, (wg + 1) * 1024);
+    aw_store_q(T.r.sbase, A, tile, g, G, wg * 1024 + ct % 128, 128, (wg + 1) * 1024);
     fence_proxy_async();  // q is read by wgmma (the async proxy) after the barrier
     aws_bar(2 + wg);
     int prow[2];
@@ -147,7 +139,7 @@ __device__ void aws_consume(const Args& A, const Tile& tile, u32 g, u32 G, u32 c
 #pragma unroll
     for (int e = 0; e < 64; e++) o[e] = 0.0f;
     const u32 nt = (tile.n + TK - 1) / TK;
-    const u32 qb = T.sbase + wg * 64 * 128;
+    const u32 qb = T.r.sbase + wg * 64 * 128;
     const u32 k0 = T.count[0], v0 = T.count[1];
     T.count[0] += nt;
     T.count[1] += nt;
@@ -220,7 +212,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) attention_ws_hd128(ATTN_PAR
         // 56 + 2 x 224 registers a thread over the warpgroups: no spills either side (40 / 232
         // spilled the producer's pointers).
         asm volatile("setmaxnreg.dec.sync.aligned.u32 56;" ::: "memory");
-        AwsQueue Q = {c.sbase, bars, {0, 0}, 0};
+        AwsQueue Q = {{c.sbase, bars}, {0, 0}, 0};
         for (u32 i = 0; i < AW_MROWS / 32; i++)
             for (u32 bits = starts[i]; bits; bits &= bits - 1) {
                 const u32 b = c.b0 + 32 * i + __ffs(bits) - 1;
@@ -234,7 +226,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) attention_ws_hd128(ATTN_PAR
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;" ::: "memory");
-    AwsTake T = {c.sbase, bars, bars + 64, {0, 0}};
+    AwsTake T = {{c.sbase, bars}, bars + 64, {0, 0}};
     for (u32 i = 0; i < AW_MROWS / 32; i++)
         for (u32 bits = starts[i]; bits; bits &= bits - 1) {
             const u32 b = c.b0 + 32 * i + __ffs(bits) - 1;

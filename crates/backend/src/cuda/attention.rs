@@ -378,20 +378,19 @@ fn launch(
     let wg = !split_mode
         && g.block_size.is_power_of_two()
         && wg_walk(be, a.head_dim, group, rows, batch.meta.seqs.len());
-    let (name, smem) = if dec {
-        (split_entry, attention_dec_smem(a.head_dim, split))
+    let (name, smem, threads) = if dec {
+        (split_entry, attention_dec_smem(a.head_dim, split), 128)
     } else if wg && ws_on() {
-        (WS_ENTRY, attention_ws_smem())
+        (WS_ENTRY, attention_ws_smem(), WS_THREADS)
     } else if wg {
-        (WG_ENTRY, attention_wg_smem())
+        (WG_ENTRY, attention_wg_smem(), WG_THREADS)
     } else {
-        (walk_entry, attention_smem(a.head_dim))
+        (walk_entry, attention_smem(a.head_dim), 128)
     };
     let looped = dec && split_loop();
     let z = if split_mode { split_grid(rows, a.kv_heads, nsplit, be.sms, looped) } else { 1 };
-    // The wgmma CTA takes a window of WG_MROWS / group rows (the row tiles starting in it).
-    let threads = if ws_on() { WS_THREADS } else { WG_THREADS };
-    let (ctas, threads) = if wg { (rows.div_ceil(WG_MROWS / group), threads) } else { (rows, 128) };
+    // The wgmma CTAs take a window of WG_MROWS / group rows (the row tiles starting in it).
+    let ctas = if wg { rows.div_ceil(WG_MROWS / group) } else { rows };
     let cfg = LaunchConfig {
         grid_dim: ((ctas * a.kv_heads) as u32, 1, z as u32),
         block_dim: (threads, 1, 1),
