@@ -247,7 +247,12 @@ __device__ __forceinline__ void qk_tile(float (&s)[NB][4], const bf16* qs, u32 m
 }
 
 // Row k (0: M-row lane / 4, 1: + 8) of tile t's scores: scaled, positions past prow masked to
-// NEG, in place; returns the row's maximum (over the quad of lanes that hold it).
+// NEG, in place; returns the row's maximum (over the quad of lanes that hold it). Session 24
+// measured and dropped (same bits, tests/cuda_attention.rs, check exact fingerprints unchanged)
+// the lane's maximum as four running maxima instead of one chain of 2 NB, with both rows'
+// maxima before their weights in softmax_tile (the chain drew ~3% of the wgmma CTA's ncu stall
+// samples): attention_ws_hd128 200.1 / 200.2 us a call at 2,048 rows against 198.3 / 197.5,
+// 2,544 against 2,504 at 8,192 (H200, alternated): ptxas's schedule of the rest moved more.
 // `nb0`: the first of the tile's 8-position blocks that s holds (the decode CTA's spread).
 // FULL: the caller knows every position of the tile is <= prow (no compare: the same values).
 template <int NB, bool FULL = false>
