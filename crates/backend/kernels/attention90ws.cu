@@ -11,18 +11,20 @@
 // for half the products). Here (as FlashAttention-3's producer / consumer split; read, not
 // copied) warpgroup 0 only copies: it gives its registers up (setmaxnreg), and for each K
 // or V tile waits until both consumers freed the buffer (`empty`), copies the tile by 16-byte
-// cp.async with attention90.cu's swizzle and zero fill, and once its copies landed
-// (wait_group, then a proxy fence, as the CTA barrier did) arrives on the buffer's `full`
-// mbarrier. Warpgroups 1 and 2 each run attend_wg's loop on their 64 M-rows, waiting on
+// cp.async with attention90.cu's swizzle and zero fill, and arrives on the buffer's `full`
+// mbarrier when they land (cp.async.mbarrier.arrive.noinc; the consumers fence the proxies
+// after their wait: TF_AWS_NOINC below). Warpgroups 1 and 2 each run attend_wg's loop on
+// their 64 M-rows, waiting on
 // `full` before the scores of a K tile and before P V of a V tile, and freeing a buffer (one
 // arrival a warp) once the wgmma that read it completed; no CTA barrier in the loop, so one
 // warpgroup's softmax can run beside the other's products.
 //
 // Order of the copies, the same for both sides: per row tile K(0), then K(t + 1) (when it
 // exists) and V(t) for t = 0, 1, ...; buffers K and V alternate two each, counters running
-// on across the row tiles of a CTA. The producer signals a copy one copy late (it waits
-// for the copy before the newest): each buffer it then waits for was freed by consumers
-// that needed only copies at least two before it, so the wait always ends.
+// on across the row tiles of a CTA. Each buffer the producer waits for was freed by
+// consumers that needed only copies before it, so the wait always ends (with TF_AWS_NOINC=0
+// the producer signals a copy one copy late, and the buffers it waits for needed only
+// copies at least two before).
 //
 // Measured and dropped (session 23, H200, bit-equal): on full tiles, the exps by ex2.approx.ftz
 // when a warp vote finds every argument >= -126 (the row's smallest score gives its smallest
@@ -35,6 +37,21 @@
 // not late with two. And turns between the consumers (FlashAttention-3's ping-pong: named
 // barriers so their product batches alternate): 199.2 / 199.5 us against 196.7 / 197.8,
 // 8,192 rows 2,536 / 2,552 against 2,490 / 2,501: slower.
+
+// TF_AWS_NOINC (1, the default; a knob through TENSORFOLD_KERNEL_DEFINES): each producer
+// thread arrives on a copy's `full` mbarrier by cp.async.mbarrier.arrive.noinc right after
+// issuing it (the arrival fires when the thread's copies so far have landed), and each
+// consumer thread fences the proxies (fence.proxy.async) after its wait, before its wgmma read
+// the tile; 0: the producer waits for the copy before the newest (wait_group 1), fences and
+// arrives, signalling each copy one copy late. Only when the consumers may start changes.
+// Session 24 (H200, same bits: tests/cuda_attention.rs 7 shapes and the 66,000-position case,
+// check exact fingerprints unchanged): 2,048 rows 193.5 / 193.9 / 193.7 us a call against
+// 198.0 / 197.4 / 197.5, 8,192 rows 2,479 / 2,482 / 2,483 against 2,503 / 2,504 / 2,505
+// (alternated); call 3's ncu had put 2.5% of the CTA's stall samples on the consumers' wait
+// for V.
+#ifndef TF_AWS_NOINC
+#define TF_AWS_NOINC 1
+#endif
 
 #if WG_ENABLED
 #define AWS_THREADS (AW_THREADS + 128)
@@ -78,6 +95,11 @@ __device__ __forceinline__ void aws_copy(AwsQueue& Q, u32 kind, const bf16* pool
     const u32 c = Q.count[kind]++;
     mbar_wait_parity(Q.r.empty(kind, c), AwsRing::parity(c) ^ 1);
     aw_load_kv<128, false>(Q.r.buf(kind, c), pool, table, t, n, base, gofs, p);
+#if TF_AWS_NOINC
+    // The arrival fires when this thread's copies so far have landed (the consumers fence).
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(Q.r.full(kind, c))
+                 : "memory");
+#else
     cp_async_commit();
     if (Q.pend) {
         cp_async_wait<1>();
@@ -85,6 +107,7 @@ __device__ __forceinline__ void aws_copy(AwsQueue& Q, u32 kind, const bf16* pool
         aws_arrive(Q.pend);
     }
     Q.pend = Q.r.full(kind, c);
+#endif
 }
 
 // The producer's part of one row tile of kv head g: its block table into tbl (when it fits),
@@ -114,6 +137,8 @@ struct AwsTake {
     u32 count[2];
     __device__ __forceinline__ u32 take(u32 kind, u32 c) const {
         mbar_wait_parity(r.full(kind, c), AwsRing::parity(c));
+        // The producer's copies (generic proxy) before this thread's wgmma reads (async proxy).
+        if (TF_AWS_NOINC) fence_proxy_async();
         return r.buf(kind, c);
     }
     __device__ __forceinline__ void give(u32 kind, u32 c, u32 lane) const {
@@ -218,6 +243,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) attention_ws_hd128(ATTN_PAR
                 const u32 b = c.b0 + 32 * i + __ffs(bits) - 1;
                 aws_produce(a, row_tile(positions, row_table, b, rows, c.rpc), c.g, c.tbl, Q, threadIdx.x);
             }
+        if (TF_AWS_NOINC) {  // no copy outlives its thread
+            cp_async_commit();
+            cp_async_wait<0>();
+        }
         if (Q.pend) {
             cp_async_wait<0>();
             fence_proxy_async();
