@@ -383,6 +383,15 @@ __device__ __forceinline__ AwCta aw_cta(unsigned char* smem, const Args& A, u32*
     aw_window_starts(starts, A.positions, A.row_table, A.rows, c.rpc, c.b0);
     return c;
 }
+
+// f(tile) for each row tile that starts in the CTA's window (`starts`, published by a barrier
+// after aw_cta), in row order.
+template <class F>
+__device__ __forceinline__ void aw_each_tile(const Args& A, const AwCta& c, const u32* starts, F f) {
+    for (u32 i = 0; i < AW_MROWS / 32; i++)
+        for (u32 bits = starts[i]; bits; bits &= bits - 1)
+            f(row_tile(A.positions, A.row_table, c.b0 + 32 * i + __ffs(bits) - 1, A.rows, c.rpc));
+}
 #endif
 
 // The prefill entry (walk mode: every split, no partials), head_dim 128, sm_90a. grid:
@@ -396,14 +405,7 @@ extern "C" __global__ void __launch_bounds__(AW_THREADS, 1) attention_wg_hd128(A
     __shared__ u32 starts[AW_MROWS / 32];
     const AwCta c = aw_cta(aw_smem, a, starts);
     __syncthreads();
-    for (u32 i = 0; i < AW_MROWS / 32; i++) {
-        u32 bits = starts[i];
-        while (bits) {
-            const u32 j = __ffs(bits) - 1;
-            bits &= bits - 1;
-            const Tile tile = row_tile(positions, row_table, c.b0 + 32 * i + j, rows, c.rpc);
-            attend_wg(a, tile, c.g, c.G, c.sbase, c.Os, c.tbl);
-        }
-    }
+    aw_each_tile(a, c, starts,
+                 [&](const Tile& tile) { attend_wg(a, tile, c.g, c.G, c.sbase, c.Os, c.tbl); });
 #endif
 }

@@ -238,17 +238,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) attention_ws_hd128(ATTN_PAR
         // spilled the producer's pointers).
         asm volatile("setmaxnreg.dec.sync.aligned.u32 56;" ::: "memory");
         AwsQueue Q = {{c.sbase, bars}, {0, 0}, 0};
-        for (u32 i = 0; i < AW_MROWS / 32; i++)
-            for (u32 bits = starts[i]; bits; bits &= bits - 1) {
-                const u32 b = c.b0 + 32 * i + __ffs(bits) - 1;
-                aws_produce(a, row_tile(positions, row_table, b, rows, c.rpc), c.g, c.tbl, Q, threadIdx.x);
-            }
-        if (TF_AWS_NOINC) {  // no copy outlives its thread
-            cp_async_commit();
-            cp_async_wait<0>();
-        }
-        if (Q.pend) {
-            cp_async_wait<0>();
+        aw_each_tile(a, c, starts,
+                     [&](const Tile& tile) { aws_produce(a, tile, c.g, c.tbl, Q, threadIdx.x); });
+        cp_async_commit();
+        cp_async_wait<0>();  // no copy outlives its thread
+        if (Q.pend) {        // TF_AWS_NOINC=0: the last copy's signal
             fence_proxy_async();
             aws_arrive(Q.pend);
         }
@@ -256,11 +250,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) attention_ws_hd128(ATTN_PAR
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;" ::: "memory");
     AwsTake T = {{c.sbase, bars}, bars + 64, {0, 0}};
-    for (u32 i = 0; i < AW_MROWS / 32; i++)
-        for (u32 bits = starts[i]; bits; bits &= bits - 1) {
-            const u32 b = c.b0 + 32 * i + __ffs(bits) - 1;
-            aws_consume(a, row_tile(positions, row_table, b, rows, c.rpc), c.g, c.G, threadIdx.x - 128,
-                        c.Os, T);
-        }
+    aw_each_tile(a, c, starts, [&](const Tile& tile) {
+        aws_consume(a, tile, c.g, c.G, threadIdx.x - 128, c.Os, T);
+    });
 #endif
 }
