@@ -68,6 +68,73 @@ __device__ void stream(const char* w, u32 rowb, u32 sliceb, u32 nslices, u32 uni
 ENTRY(8, 4, 0) ENTRY(8, 4, 1) ENTRY(8, 4, 2) ENTRY(8, 4, 3)
 ENTRY(4, 4, 0) ENTRY(4, 4, 1) ENTRY(2, 4, 0) ENTRY(8, 2, 1) ENTRY(8, 8, 1)
 
+// Groups of 8 units (16-row tiles x slices, in the order above) a CTA, as the decode entries'
+// 8 warps a 16-feature tile: a CTA walks groups blockIdx.x, + gridDim.x, ... (the host
+// launches a group a CTA, or as many CTAs as fit: persistent), warp w streaming unit 8 g + w.
+// One warp's buffers run on across its units: the next unit's first buffer is issued into
+// the buffer the current unit's last fold freed. EPI: at each unit's end the warp leaves its
+// fold in shared memory (two slots, alternating) and the CTA meets at a barrier, after which
+// warp 0 folds the 8 (the decode entries' slice combine). PAD: 4 x PAD registers a thread
+// held live throughout (loaded at the start, folded at the end), so that PAD 10 gives ~120 a
+// thread, 2 CTAs of 256 an SM, as the decode entries.
+template <int R, int U, int F, bool EPI, int PAD>
+__device__ void stream_g(const char* w, u32 rowb, u32 sliceb, u32 nslices, u32 units, u32* out) {
+    __shared__ u32 part[2][8];
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const u32 groups = units / 8, per = sliceb / (64 * U);  // buffers a unit
+    uint4 pad[PAD > 0 ? PAD : 1];
+#pragma unroll
+    for (int j = 0; j < PAD; j++) pad[j] = ld16<3>(w + (j * 32 + lane) * 16);
+    u32 g = blockIdx.x, i = 0, parity = 0;  // buffer i of the current unit of group g
+    auto base = [&](u32 gg) {
+        const u32 unit = 8 * gg + warp;
+        return w + (u64)(unit / nslices) * 16 * rowb + (u64)(unit % nslices) * sliceb;
+    };
+    u32 acc = 0;
+    auto advance = [&](u32& gg, u32& ii) {
+        if (++ii == per) { ii = 0; gg += gridDim.x; }
+    };
+    // Called after a fold of buffer (gg, ii): the unit's end when ii is its last.
+    auto unit_end = [&](u32 ii) {
+        if (!EPI || ii != per - 1) return;
+        if (lane == 0) part[parity][warp] = acc;
+        __syncthreads();
+        if (warp == 0 && lane < 8) acc = acc * 5u + part[parity][lane];
+        parity ^= 1;
+    };
+    if (g >= groups) return;
+    uint4 b0[2 * U], b1[2 * U];
+    issue<R, U, F>(b0, base(g), rowb, i * 64 * U, lane);
+    u32 g1 = g, i1 = i;
+    advance(g1, i1);
+    while (g < groups) {
+        if (g1 < groups) issue<R, U, F>(b1, base(g1), rowb, i1 * 64 * U, lane);
+        fold<U>(b0, acc);
+        unit_end(i);
+        g = g1; i = i1;
+        advance(g, i);
+        if (g < groups) issue<R, U, F>(b0, base(g), rowb, i * 64 * U, lane);
+        if (g1 < groups) {
+            fold<U>(b1, acc);
+            unit_end(i1);
+        }
+        g1 = g; i1 = i;
+        advance(g1, i1);
+    }
+#pragma unroll
+    for (int j = 0; j < PAD; j++) acc ^= pad[j].x + pad[j].y + pad[j].z + pad[j].w;
+    if (acc == 0x12345678u) out[blockIdx.x * 8 + warp] = acc;
+}
+
+#define GENTRY(NAME, R, U, F, EPI, PAD)                                                    \
+    extern "C" __global__ void __launch_bounds__(256) NAME(                                \
+        const char* w, u32 rowb, u32 sliceb, u32 nslices, u32 units, u32* out) {           \
+        stream_g<R, U, F, EPI, PAD>(w, rowb, sliceb, nslices, units, out);                 \
+    }
+GENTRY(g_8_4_1, 8, 4, 1, false, 0) GENTRY(g_8_4_1_e, 8, 4, 1, true, 0)
+GENTRY(g_8_4_1_p, 8, 4, 1, false, 10) GENTRY(g_8_4_1_ep, 8, 4, 1, true, 10)
+GENTRY(g_4_4_1_ep, 4, 4, 1, true, 10)
+
 // The same bytes a warp as one contiguous run, 512 bytes an instruction (a copy's reads).
 extern "C" __global__ void __launch_bounds__(256) rd_flat(const char* w, u32 rowb, u32 sliceb,
                                                           u32 nslices, u32 units, u32* out) {

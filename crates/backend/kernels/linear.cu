@@ -301,6 +301,26 @@ __device__ __forceinline__ void slice_chain(const Slice& s, uint4 (&a0)[U], uint
 // first buffer (its next slice, or its job of the CTA's next tile) while the current chain's
 // last buffer ran (`TF_CHAIN_NEXT`): same bits, decode 207-213 against 210-213 tok/s, and ~1%
 // slower with gate/up's norm fused (ptxas wanted 150 registers there; held to 128).
+// Session 25 (H200, docs/bench/2026-12-04-h200.md; each the same bits, check exact's
+// fingerprints unchanged), on slice_chain's one-token-tile loop. nvdisasm's control bits show
+// ptxas tracking every weight and activation load of the loop on one scoreboard, so the first
+// read of a loaded register waits for all loads in flight: after "issue the next buffer, run
+// this one", this buffer's steps wait for the next buffer too. Three orders, measured
+// against the default in one binary (bench decode, 4 alternated rounds, tok/s; ncu us of
+// linear_bf16_swiglu_d8 at one row):
+// - each super-step's registers refilled right after its regroup read them: every step then
+//   waited for the refill just issued: 191-193 vs 208-213, 73.1 vs 64.0 us;
+// - this buffer's activations loaded first, the next buffer issued at an address made to
+//   depend on them (so after they and this buffer landed), then this buffer's steps with the
+//   next in flight (SASS checked: no wait on the next buffer before the steps): 209.5-213.0
+//   vs 208.6-213.0, 63.7 vs 63.9 us (neutral);
+// - both buffers issued together after both ran (two in flight a latency, as loadbw.cu's loop):
+//   207.6-214.1 vs 212.4-215.8, 64.0 vs 63.3 us (slightly slower).
+// The steps between the loads are not what bounds these entries. Also session 25: in SM
+// cycles gate/up + SwiGLU equals tools/gpu/loadbw.cu's bare load pattern (114.9k vs
+// 109.8-113.8k elapsed, ncu); ncu's durations differ (63.9 vs 56.8 us) because the SM clock
+// under ncu was 1.80 GHz in the engine's process and 1.97 in loadbw's (nvidia-smi during
+// bench decode: 1,980 MHz, ~575 W, no throttle reason).
 // Super-steps a register buffer holds in the one-token-tile (_d8) entries and in the others.
 #ifndef TF_D8_U
 #define TF_D8_U 4

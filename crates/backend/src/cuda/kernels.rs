@@ -288,6 +288,12 @@ impl Registry {
                 let f = m
                     .load_function(en.name)
                     .map_err(|e| format!("{}.cu: entry point {}: {e}", en.family, en.name))?;
+                // The L1 / shared-memory split (carveout) stays the driver's choice. Session
+                // 25 (H200, bench decode; a knob built for it, removed) set it per entry: all at
+                // 0 / 50 / 100% 167 / 199-203 / 153-155 tok/s against 208-212; the streaming
+                // products at 16 KB 210-215 against 209-213 (neutral), at 0% 168-171; the
+                // norm-fused q/k/v at 100 KB 208 against 212. The driver gives the products 32
+                // KB (224 KB of L1, which holds their loads in flight: loadbw.py's `co100`).
                 if en.dyn_smem > DEFAULT_SMEM && launched_on(en, &self.arch) {
                     let a = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
                     f.set_attribute(a, en.dyn_smem as i32).map_err(|e| {
