@@ -24,6 +24,7 @@ mod linear;
 pub mod loader;
 mod ops;
 mod sample;
+mod staging;
 mod tensor;
 mod wgmma;
 
@@ -110,6 +111,8 @@ pub struct CudaBackend {
     /// CTAs an SM holds, by (entry point, threads, dynamic shared memory): the driver's
     /// occupancy answers for this GPU, asked once each (`fused_norm.rs`'s persistent grids).
     pub(crate) resident: Mutex<Vec<(Occupancy, u32)>>,
+    /// Pinned buffers the weight upload copies through (`staging.rs`), made on first use.
+    pub(crate) staging: Mutex<Option<staging::Staging>>,
 }
 
 /// An occupancy question: (entry point, threads a block, dynamic shared memory bytes).
@@ -189,6 +192,7 @@ impl CudaBackend {
             kv_written: Mutex::new(None),
             norm_counter,
             resident: Mutex::new(Vec::new()),
+            staging: Mutex::new(None),
         })
     }
 

@@ -35,10 +35,11 @@ pub(crate) fn load_weight(be: &CudaBackend, view: &TensorView) -> Result<CudaWei
             buf
         }
         None => {
-            // Straight from the mapped file: no host copy of the matrix.
+            // From the mapped file through pinned staging buffers (`staging.rs`): no host
+            // copy of the whole matrix.
             let bytes = view.bytes();
             let mut buf = be.raw::<u8>(bytes.len(), &what)?;
-            be.stream.memcpy_htod(bytes, &mut buf).map_err(drv(&what))?;
+            super::staging::upload(be, bytes, &mut buf, &what)?;
             buf
         }
     };
