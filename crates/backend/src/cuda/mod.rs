@@ -25,6 +25,7 @@ pub mod loader;
 mod ops;
 mod sample;
 mod staging;
+mod step_events;
 mod tensor;
 mod wgmma;
 
@@ -113,6 +114,8 @@ pub struct CudaBackend {
     pub(crate) resident: Mutex<Vec<(Occupancy, u32)>>,
     /// Pinned buffers the weight upload copies through (`staging.rs`), made on first use.
     pub(crate) staging: Mutex<Option<staging::Staging>>,
+    /// `TENSORFOLD_STEP_EVENTS=1`: events around each step (`step_events.rs`), else None.
+    pub(crate) step_events: Mutex<Option<step_events::StepEvents>>,
 }
 
 /// An occupancy question: (entry point, threads a block, dynamic shared memory bytes).
@@ -193,6 +196,7 @@ impl CudaBackend {
             norm_counter,
             resident: Mutex::new(Vec::new()),
             staging: Mutex::new(None),
+            step_events: Mutex::new(step_events::enabled().then(Default::default)),
         })
     }
 
@@ -391,6 +395,7 @@ impl Backend for CudaBackend {
         // A recorded step's launches read the metadata buffer: issue them before it changes.
         self.graph_step_end()?;
         let (img, at, max_block) = CudaBatch::host_image(meta);
+        step_events::step_start(self, &self.step_events);
         let (dev, fixed) = self.upload_meta(&img)?;
         Ok(CudaBatch { meta: meta.clone(), max_block, dev, at, fixed })
     }
