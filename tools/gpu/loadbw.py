@@ -96,10 +96,24 @@ def run(path: str) -> int:
     end.record()
     torch.cuda.synchronize()
     print(f"copy: {2 * half * 20 / start.elapsed_time(end) / 1e9:.2f} TB/s (read + write)")
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for shape, (n, k, slices) in SHAPES.items():
+
+    def timed(shape, n, k, slices, fn, tag, smem=0, grid=0):
+        """3 warm-up and 20 timed launches of fn on the shape; prints one line."""
         rowb, total = 2 * k, 2 * n * k
         sliceb, units, copies = rowb // slices, (n // 16) * slices, POOL // total
+        for i in range(3):
+            launch(fn, rowb, sliceb, slices, units, (i % copies) * total, smem, grid)
+        start.record()
+        for i in range(20):
+            launch(fn, rowb, sliceb, slices, units, (i % copies) * total, smem, grid)
+        end.record()
+        torch.cuda.synchronize()
+        us = start.elapsed_time(end) * 1000 / 20
+        print(f"{shape:12s} {tag:26s} {total / 1e6:8.1f} MB {us:8.2f} us "
+              f"{total / us / 1e6:5.2f} TB/s", flush=True)
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for shape, (n, k, slices) in SHAPES.items():
         for name in GROUPED:
             fn = ctypes.c_void_p()
             assert cu.cuModuleGetFunction(ctypes.byref(fn), mod, name.encode()) == 0, name
@@ -108,21 +122,10 @@ def run(path: str) -> int:
             assert cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(per_sm), fn, 256,
                                                                   ctypes.c_size_t(0)) == 0
             for label, grid in [("1g", 0), ("pers", per_sm.value * sms)]:
-                for i in range(3):
-                    launch(fn, rowb, sliceb, slices, units, (i % copies) * total, 0, grid)
-                start.record()
-                for i in range(20):
-                    launch(fn, rowb, sliceb, slices, units, (i % copies) * total, 0, grid)
-                end.record()
-                torch.cuda.synchronize()
-                us = start.elapsed_time(end) * 1000 / 20
                 tag = f"{name} {label} r{regs.value} {per_sm.value}/SM"
-                print(f"{shape:12s} {tag:26s} {total / 1e6:8.1f} MB {us:8.2f} us "
-                      f"{total / us / 1e6:5.2f} TB/s", flush=True)
+                timed(shape, n, k, slices, fn, tag, grid=grid)
     for shape, (n, k, slices) in SHAPES.items():
-        rowb, total = 2 * k, 2 * n * k
-        sliceb, units, copies = rowb // slices, (n // 16) * slices, POOL // total
-        for name, smem, label, co in [(k, 0, "", -1) for k in KERNELS] + HELD:
+        for name, smem, label, co in [(kn, 0, "", -1) for kn in KERNELS] + HELD:
             fn = ctypes.c_void_p()
             assert cu.cuModuleGetFunction(ctypes.byref(fn), mod, name.encode()) == 0, name
             if smem:
@@ -130,16 +133,7 @@ def run(path: str) -> int:
                 assert rc == 0, f"cuFuncSetAttribute: {rc}"
             rc = cu.cuFuncSetAttribute(fn, CARVEOUT, ctypes.c_int(co))
             assert rc == 0, f"cuFuncSetAttribute carveout: {rc}"
-            for i in range(3):
-                launch(fn, rowb, sliceb, slices, units, (i % copies) * total, smem)
-            start.record()
-            for i in range(20):
-                launch(fn, rowb, sliceb, slices, units, (i % copies) * total, smem)
-            end.record()
-            torch.cuda.synchronize()
-            us = start.elapsed_time(end) * 1000 / 20
-            print(f"{shape:12s} {name + (' ' + label if label else ''):14s} {total / 1e6:8.1f} MB "
-                  f"{us:8.2f} us {total / us / 1e6:5.2f} TB/s", flush=True)
+            timed(shape, n, k, slices, fn, name + (" " + label if label else ""), smem=smem)
     return 0
 
 

@@ -395,7 +395,7 @@ impl Backend for CudaBackend {
         // A recorded step's launches read the metadata buffer: issue them before it changes.
         self.graph_step_end()?;
         let (img, at, max_block) = CudaBatch::host_image(meta);
-        step_events::step_start(self, &self.step_events);
+        step_events::step_start(self);
         let (dev, fixed) = self.upload_meta(&img)?;
         Ok(CudaBatch { meta: meta.clone(), max_block, dev, at, fixed })
     }

@@ -53,7 +53,7 @@ pub(crate) fn argmax(be: &CudaBackend, t: &CudaTensor, rows: usize) -> Result<Ve
     let cfg =
         LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
     be.launch("argmax_f32", cfg, &[lp.into(), lf.into(), op.into(), cols.into()])?;
-    super::step_events::step_tokens(be, &be.step_events);
+    super::step_events::step_tokens(be);
     let mut host = vec![0u32; rows];
     be.stream.memcpy_dtoh(&out.slice(0..rows), &mut host).map_err(drv("argmax"))?;
     be.stream.synchronize().map_err(drv("argmax"))?;
@@ -128,7 +128,7 @@ pub(crate) fn sample(
     };
     let args = [lp.into(), lf.into(), pp.into(), wp.into(), op.into(), cols.into(), bits.into()];
     be.launch("sample_rows", cfg, &args)?;
-    super::step_events::step_tokens(be, &be.step_events);
+    super::step_events::step_tokens(be);
     let mut host = vec![0u32; rows];
     be.stream.memcpy_dtoh(&out.slice(0..rows), &mut host).map_err(drv("sample"))?;
     be.stream.synchronize().map_err(drv("sample"))?;

@@ -70,11 +70,12 @@ pub(crate) fn upload(
     what: &str,
 ) -> Result<()> {
     let mut staging = be.staging.lock().unwrap_or_else(|e| e.into_inner());
-    if src.len() >= DIRECT_BELOW && !direct_only() && staging.is_none() {
+    let staged = src.len() >= DIRECT_BELOW && !direct_only();
+    if staged && staging.is_none() {
         *staging = Staging::new(be);
     }
     let st = match staging.as_mut() {
-        Some(st) if src.len() >= DIRECT_BELOW && !direct_only() => st,
+        Some(st) if staged => st,
         _ => return be.stream.memcpy_htod(src, dst).map_err(drv(what)),
     };
     let (base, _written) = dst.device_ptr_mut(&be.stream);

@@ -5,8 +5,6 @@
 //! told apart. The backend prints their medians to stderr when it is dropped. Off, nothing
 //! is recorded.
 
-use std::sync::Mutex;
-
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::CudaEvent;
 
@@ -32,16 +30,16 @@ fn record(be: &CudaBackend) -> Option<CudaEvent> {
 }
 
 /// A step's first GPU work is about to be issued.
-pub(crate) fn step_start(be: &CudaBackend, slot: &Mutex<Option<StepEvents>>) {
-    let mut s = slot.lock().unwrap_or_else(|e| e.into_inner());
+pub(crate) fn step_start(be: &CudaBackend) {
+    let mut s = be.step_events.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(s) = s.as_mut() {
         s.open = record(be);
     }
 }
 
 /// The kernel that picks the step's tokens has been issued.
-pub(crate) fn step_tokens(be: &CudaBackend, slot: &Mutex<Option<StepEvents>>) {
-    let mut s = slot.lock().unwrap_or_else(|e| e.into_inner());
+pub(crate) fn step_tokens(be: &CudaBackend) {
+    let mut s = be.step_events.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(s) = s.as_mut() {
         if let (Some(start), Some(end)) = (s.open.take(), record(be)) {
             s.steps.push((start, end));
@@ -60,14 +58,14 @@ impl Drop for StepEvents {
         let busy: Vec<f64> = self.steps.iter().filter_map(|(a, b)| ms(a, b)).collect();
         let idle: Vec<f64> =
             self.steps.windows(2).filter_map(|w| ms(&w[0].1, &w[1].0)).map(|x| x * 1e3).collect();
+        let min = idle.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = idle.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         eprintln!(
             "tensorfold step events: {} steps; GPU time a step median {:.3} ms; idle between \
-             steps median {:.1} us (min {:.1}, max {:.1})",
+             steps median {:.1} us (min {min:.1}, max {max:.1})",
             self.steps.len(),
             median(busy),
-            median(idle.clone()),
-            idle.iter().copied().fold(f64::INFINITY, f64::min),
-            idle.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            median(idle),
         );
     }
 }
