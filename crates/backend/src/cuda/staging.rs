@@ -105,7 +105,8 @@ mod tests {
 
     /// Staged uploads leave each device buffer equal to its source bytes: several matrices
     /// back to back (more chunks than staging buffers, so each buffer is refilled while
-    /// copies are queued), lengths off the chunk size, and one under `DIRECT_BELOW`.
+    /// copies are queued), lengths off the chunk size, and one under `DIRECT_BELOW`. Run it
+    /// without `TENSORFOLD_UPLOAD=direct`.
     #[test]
     #[ignore = "needs an NVIDIA GPU: run with --ignored on the GPU machine"]
     fn staged_uploads_are_the_bytes() {
@@ -122,6 +123,8 @@ mod tests {
             upload(&be, src, &mut dst, "test matrix").unwrap();
             dsts.push(dst);
         }
+        // The large matrices went through the staging buffers, not the driver's fallback.
+        assert!(be.staging.lock().unwrap().is_some(), "no staging buffers: nothing was staged");
         for (src, dst) in srcs.iter().zip(&dsts) {
             let back = be.stream.clone_dtoh(dst).unwrap();
             assert_eq!(back.len(), src.len());
