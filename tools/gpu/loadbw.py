@@ -46,16 +46,17 @@ SHAPES = {"8B gate/up": (28672, 4096, 4), "8B gate/up s1": (28672, 4096, 1),
 POOL = 640 << 20
 
 
-def build(out: str) -> int:
+def build(out: str, name: str = "loadbw.cu") -> int:
+    """Compiles tools/gpu/`name` for sm_90a into the cubin `out` (NVRTC, no GPU)."""
     sys.path.insert(0, os.path.join(ROOT, "tools"))
     from kernel_regs import compile_unit, cubin_of, load_nvrtc
 
     lib = load_nvrtc()
     if lib is None:
         return 1
-    with open(os.path.join(ROOT, "tools/gpu/loadbw.cu"), "rb") as f:
+    with open(os.path.join(ROOT, "tools/gpu", name), "rb") as f:
         src = f.read()
-    rc, log, prog = compile_unit(lib, src, b"loadbw.cu", [b"--gpu-architecture=sm_90a", b"--std=c++17"])
+    rc, log, prog = compile_unit(lib, src, name.encode(), [b"--gpu-architecture=sm_90a", b"--std=c++17"])
     if rc != 0:
         print(log, file=sys.stderr)
         return 1

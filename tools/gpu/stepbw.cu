@@ -1,0 +1,185 @@
+// What a persistent decode step could gain on weight streaming alone (tools/gpu/stepbw.py
+// builds and runs this; nothing here is part of the engine). The step is llama3-8b's weights
+// in decode order (per layer q/k/v, o, gate/up, down; then the head), streamed with
+// loadbw.cu's group pattern (8 warps a CTA, each a unit of 16 rows x one K slice through two
+// register buffers of 4 KB, 120 registers a thread so 2 CTAs an SM, as the decode entries).
+// Between two matrices the data dependence of a real step (the next product needs the whole
+// previous output) is a barrier: a kernel boundary when each matrix is its own launch, or,
+// in one persistent launch, a grid barrier (a counter a matrix: each CTA adds 1 after its
+// last fold of the matrix; a CTA folds nothing of the next matrix before the counter is
+// full). MODE 0: no barrier (the stream's ceiling); 1: the barrier before the next matrix's
+// first load (nothing in flight across it); 2: the barrier before its first fold (its first
+// two buffers are issued before the wait: weights do not depend on activations).
+// A latency phase (attention after q/k/v, say) is modelled as `delay_ns` of one thread after
+// the barrier fills: with `Mat::delay` set, CTA 0's thread 0 spins that long once the
+// counter is full and then adds one more, which the other CTAs wait for. Launched per
+// matrix (nm = 1), PDL: the first buffer is issued before griddepcontrol.wait, as the
+// engine's products do, and the next launch is allowed at once (TF_EARLY_TRIGGER).
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+struct Mat {
+    const char* w;
+    u32 rowb, sliceb, nslices, groups, per, delay;
+};
+
+__device__ __forceinline__ uint4 ld16(const char* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+__device__ __forceinline__ u64 now_ns() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ u32 ld_acquire(const u32* p) {
+    u32 v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch() {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// A buffer: 8 loads of 8 rows x 64 bytes (loadbw.cu's R 8, U 4).
+__device__ __forceinline__ void issue(uint4 (&b)[8], const char* base, u32 rowb, u32 o, u32 lane) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const u32 row = (j % 2) * 8 + lane / 4;
+        b[j] = ld16(base + (u64)row * rowb + o + (j / 2) * 64 + (lane % 4) * 16);
+    }
+}
+__device__ __forceinline__ void fold(const uint4 (&b)[8], u32& acc) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) acc = acc * 3u + (b[j].x ^ b[j].y ^ b[j].z ^ b[j].w);
+}
+
+// Position in the CTA's walk: matrix m, group g (of m), buffer i (of the warp's unit).
+struct Cur {
+    u32 m, g, i;
+};
+
+template <int MODE, bool PDL>
+__device__ void step_stream(const Mat* __restrict__ mats, u32 nm, u32* counters, u32 delay_ns,
+                            u32* out) {
+    __shared__ u32 part[2][8];
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // 40 registers a thread held live (loaded at the start, folded at the end): ~120 in all.
+    uint4 pad[10];
+#pragma unroll
+    for (int j = 0; j < 10; j++) pad[j] = ld16(mats[0].w + (j * 32 + lane) * 16);
+    u32 acc = 0, parity = 0, arrived = 0, nj = 0, nf = 0;
+    auto skip = [&](Cur& c) {  // to the first group of this CTA at or after c.m
+        while (c.m < nm && blockIdx.x >= mats[c.m].groups) c.m++;
+        if (c.m < nm) c.g = blockIdx.x, c.i = 0;
+    };
+    auto next = [&](Cur c) {
+        if (++c.i == mats[c.m].per) {
+            c.i = 0;
+            c.g += gridDim.x;
+            if (c.g >= mats[c.m].groups) {
+                c.m++;
+                skip(c);
+            }
+        }
+        return c;
+    };
+    auto base = [&](const Cur& c) {
+        const Mat& M = mats[c.m];
+        const u32 unit = 8 * c.g + warp;
+        return M.w + (u64)(unit / M.nslices) * 16 * M.rowb + (u64)(unit % M.nslices) * M.sliceb +
+               c.i * 256;
+    };
+    // Arrive for every matrix before m (this CTA has folded all of them), then wait for m - 1.
+    auto barrier = [&](u32 m) {
+        if (MODE == 0 || m == 0) return;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (; arrived < m; arrived++) atomicAdd(counters + arrived, 1u);
+            const u32 full = gridDim.x + (mats[m - 1].delay ? 1 : 0);
+            if (mats[m - 1].delay && blockIdx.x == 0) {
+                while (ld_acquire(counters + m - 1) < gridDim.x) {
+                }
+                const u64 t0 = now_ns();
+                while (now_ns() - t0 < delay_ns) {
+                }
+                atomicAdd(counters + m - 1, 1u);
+            }
+            while (ld_acquire(counters + m - 1) < full) {
+            }
+        }
+        __syncthreads();
+    };
+    Cur ci = {0, 0, 0};
+    skip(ci);
+    Cur cf = ci;
+    u32 waited = 0;  // matrices whose barrier this CTA has passed (m < waited)
+    uint4 b0[8], b1[8];
+    while (ci.m < nm || nf < nj) {
+        if (ci.m < nm && nj - nf < 2) {
+            if (MODE == 1 && ci.m >= waited) {
+                if (nf < nj) goto fold_one;  // drain before crossing
+                barrier(ci.m);
+                waited = ci.m + 1;
+            }
+            if (nj & 1) issue(b1, base(ci), mats[ci.m].rowb, 0, lane);
+            else issue(b0, base(ci), mats[ci.m].rowb, 0, lane);
+            if (PDL && nj == 0) {
+                pdl_wait();
+                pdl_launch();
+            }
+            nj++;
+            ci = next(ci);
+            continue;
+        }
+    fold_one:
+        if (MODE == 2 && cf.m >= waited) {
+            barrier(cf.m);
+            waited = cf.m + 1;
+        }
+        if (nf & 1) fold(b1, acc);
+        else fold(b0, acc);
+        if (cf.i == mats[cf.m].per - 1) {  // the unit's end: the slice combine's barrier
+            if (lane == 0) part[parity][warp] = acc;
+            __syncthreads();
+            if (warp == 0 && lane < 8) acc = acc * 5u + part[parity][lane];
+            parity ^= 1;
+        }
+        nf++;
+        cf = next(cf);
+    }
+    if (PDL && nj == 0) {
+        pdl_wait();
+        pdl_launch();
+    }
+    if (MODE != 0) {
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (; arrived < nm; arrived++) atomicAdd(counters + arrived, 1u);
+    }
+#pragma unroll
+    for (int j = 0; j < 10; j++) acc ^= pad[j].x + pad[j].y + pad[j].z + pad[j].w;
+    if (acc == 0x12345678u) out[blockIdx.x * 8 + warp] = acc;
+}
+
+#define ENTRY(NAME, MODE, PDL)                                                               \
+    extern "C" __global__ void __launch_bounds__(256) NAME(const Mat* mats, u32 nm,           \
+                                                           u32* counters, u32 delay_ns,       \
+                                                           u32* out) {                        \
+        step_stream<MODE, PDL>(mats, nm, counters, delay_ns, out);                           \
+    }
+ENTRY(step0, 0, false) ENTRY(step1, 1, false) ENTRY(step2, 2, false) ENTRY(mat_pdl, 0, true)
+
+// The latency phase as its own launch: one thread spins delay_ns after the wait (PDL: the
+// next launch is allowed at once, so its CTAs may issue their first loads meanwhile).
+extern "C" __global__ void spin(u32 delay_ns) {
+    pdl_wait();
+    pdl_launch();
+    const u64 t0 = now_ns();
+    while (now_ns() - t0 < delay_ns) {
+    }
+}
