@@ -523,6 +523,9 @@ extern "C" __global__ void D8_BOUNDS(256) linear_bf16_group_d8(GROUP_PARAMS) {
 #define SWIGLU_ARGS_X(X) X, k, rows, wg, wu, gate, up, act, n, S, len
 #define SWIGLU_ARGS SWIGLU_ARGS_X(x)
 
+template <int NT>
+__device__ __forceinline__ void swiglu_store(SWIGLU_PARAMS, const float* parts, u32 n0, u32 t0);
+
 // `part`: [2S][NT][32 lanes][4] floats of shared memory; SX, `prologue`: as group_body.
 template <int NT, int U, bool SX = false, class P = NoPrologue>
 __device__ __forceinline__ void swiglu_body(SWIGLU_PARAMS, float* parts, u32 tile,
@@ -534,6 +537,12 @@ __device__ __forceinline__ void swiglu_body(SWIGLU_PARAMS, float* parts, u32 til
     run_jobs<NT, U, decltype(slice_of), SX>(slice_of, 2 * S, x, nullptr, k, rows, t0, parts,
                                              prologue, first);
     __syncthreads();
+    swiglu_store<NT>(SWIGLU_ARGS, parts, n0, t0);
+}
+
+// The combine of a swiglu tile (features n0 .., tokens t0 ..) from its slices' partials.
+template <int NT>
+__device__ __forceinline__ void swiglu_store(SWIGLU_PARAMS, const float* parts, u32 n0, u32 t0) {
     for (u32 e = threadIdx.x; e < NT * 32 * 4; e += blockDim.x) {
         u32 f, tok;
         tile_elem<NT>(e, n0, t0, &f, &tok);
@@ -549,6 +558,52 @@ __device__ __forceinline__ void swiglu_body(SWIGLU_PARAMS, float* parts, u32 til
 extern "C" __global__ void __launch_bounds__(256, TF_GROUP_MINB) linear_bf16_swiglu(SWIGLU_PARAMS) {
     swiglu_body<4, TF_NT_U>(SWIGLU_ARGS, dyn_floats(), blockIdx.x);
 }
+// Decode rows (at most 8: one token tile). Persistent when the host launches fewer CTAs than
+// tiles (`fused::linear_swiglu`): CTA b runs tiles b, b + gridDim.x, ..., and each warp
+// issues its next job's first weights (its next slice of the tile, else its first of the
+// CTA's next tile) as soon as a chain ends, so they are in flight while this tile's partials
+// are combined and stored. Each tile's jobs, chains and combine are
+// swiglu_body's, in the same order: the same bits whichever CTA runs a tile and whenever its
+// loads were issued. With a CTA a tile (grid = tiles) it is swiglu_body exactly. H200,
+// session 26 (tools/gpu/stepbw.py first: the bare load pattern on llama3-8b's gate/up read
+// 58.5 us a matrix so against 61.9 a CTA a tile): bench decode, 3 alternated rounds,
+// 212.9 / 212.3, 208.3 / 209.0, 213.1 / 212.4 tok/s against 203.5 / 204.0, 202.5 / 202.7,
+// 208.9 / 208.6 with TENSORFOLD_SWIGLU_PERSIST=0 (+3.1%); check exact's fingerprints and
+// tests/cuda_fused.rs unchanged. Issuing the next job's weights during the chain's last
+// buffer instead (session 21's TF_CHAIN_NEXT) wanted 151 registers (1 CTA an SM).
 extern "C" __global__ void D8_BOUNDS(256) linear_bf16_swiglu_d8(SWIGLU_PARAMS) {
-    swiglu_body<1, TF_D8_U>(SWIGLU_ARGS, dyn_floats(), blockIdx.x);
+    constexpr int U = TF_D8_U;
+    float* parts = dyn_floats();
+    const u32 tiles = (n + 15) / 16, warp = threadIdx.x >> 5, W = blockDim.x >> 5, J = 2 * S;
+    auto slice_of = [&](u32 tile, u32 j) {
+        return make_slice(j < S ? wg : wu, n, k, tile * 16, (j < S ? j : j - S) * len, len);
+    };
+    u32 t = blockIdx.x, j = warp;
+    Slice s = slice_of(t, j < J ? j : 0);
+    uint4 a[U], b[U];
+    if (TF_EARLY_TRIGGER) pdl_launch();
+    if (TF_PREWAIT && warp < J) issue_w<U>(s, s.k_begin, a, b);
+    pdl_wait();
+    if (!TF_EARLY_TRIGGER) pdl_launch();
+    if (!TF_PREWAIT && warp < J) issue_w<U>(s, s.k_begin, a, b);
+    const bf16* xr[1];
+    bool vx[1];
+    const u32 t0 = blockIdx.y * 8;
+    token_rows<1>(x, nullptr, k, rows, t0, (threadIdx.x & 31) >> 2, xr, vx);
+    for (; t < tiles; t += gridDim.x) {
+        for (; j < J; j += W) {
+            slice_chain<1, U>(s, a, b, xr, vx, t0, rows, parts, j);
+            // The warp's next job: the next of this tile, else its first of the CTA's next.
+            const bool same = j + W < J;
+            const u32 nt = same ? t : t + gridDim.x;
+            if (nt < tiles) {
+                s = slice_of(nt, same ? j + W : warp);
+                issue_w<U>(s, s.k_begin, a, b);
+            }
+        }
+        j = warp;
+        __syncthreads();
+        swiglu_store<1>(SWIGLU_ARGS, parts, t * 16, t0);
+        __syncthreads();  // the partials are read before the next tile writes them
+    }
 }

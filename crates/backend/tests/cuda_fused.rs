@@ -4,7 +4,7 @@
 //! - `fused_ops_equal_the_unfused_composition_bitwise`: `add_rms_norm` (= `add`, `rms_norm`),
 //!   `linear_group` of q, k, v with and without biases (= three `linear`), `linear_swiglu`
 //!   (= two `linear` and `swiglu`: gate, up and act compared) on random data at the
-//!   llama3-8b and SmolLM2 shapes, in calls of 1, 17, 64, 128 and 2,048 rows (decode rows
+//!   llama3-8b and SmolLM2 shapes, in calls of 1, 8, 17, 64, 128 and 2,048 rows (decode rows
 //!   take the fused kernels, large calls the tiled GEMM fallback). A control: other inputs
 //!   give other outputs, so the comparison can fail.
 //! - `fused_decode_profile_llama3_8b`: microseconds per op at one row (weights cycled out of
@@ -27,7 +27,7 @@ use tf_backend::{
 use tf_checkpoint::spec::RopeStyle;
 use tf_checkpoint::{DType, TensorFormat};
 
-const ROWS: [usize; 5] = [1, 17, 64, 128, 2048];
+const ROWS: [usize; 6] = [1, 8, 17, 64, 128, 2048];
 
 fn same(what: &str, rows: usize, a: &[u32], b: &[u32]) {
     assert_eq!(a.len(), b.len(), "{what}, {rows} rows: lengths");

@@ -265,6 +265,16 @@ pub(crate) fn swiglu_launch(
     }))
 }
 
+/// Whether `linear_bf16_swiglu_d8` runs persistent CTAs (linear.cu: each warp issues its next
+/// tile's first weights as a chain ends); `TENSORFOLD_SWIGLU_PERSIST=0` launches a CTA a tile
+/// (an A/B switch: the same bits). H200, session 26 (tools/gpu/stepbw.py, the bare load
+/// pattern on llama3-8b's gate/up, 32 matrices back to back): 58.5 us a matrix persistent
+/// against 61.9 a CTA a tile.
+fn swiglu_persistent() -> bool {
+    static P: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *P.get_or_init(|| std::env::var("TENSORFOLD_SWIGLU_PERSIST").map_or(true, |v| v != "0"))
+}
+
 pub(crate) fn linear_swiglu(be: &CudaBackend, a: SwigluArgs<'_, CudaBackend>) -> Result<()> {
     let (name, nt) = variant("linear_bf16_swiglu", "linear_bf16_swiglu_d8", a.x.rows);
     let l = swiglu_launch(be, a.x, [a.gate_w, a.up_w], [&*a.gate, &*a.up, &*a.out], nt)?;
@@ -276,8 +286,16 @@ pub(crate) fn linear_swiglu(be: &CudaBackend, a: SwigluArgs<'_, CudaBackend>) ->
         linear::linear_parts(be, a.x, &mut parts)?;
         return ops::swiglu(be, a.gate, a.up, a.out);
     };
+    // The decode entry walks tiles persistently: as many CTAs as the GPU holds at once.
+    let grid_x = match nt == 1 && swiglu_persistent() {
+        true => {
+            let ctas = super::fused_norm::resident(be, name, l.threads, l.part_smem)?;
+            l.grid_x.min(ctas * be.sms as u32)
+        }
+        false => l.grid_x,
+    };
     let cfg = LaunchConfig {
-        grid_dim: (l.grid_x, a.x.rows.div_ceil(8 * nt as usize) as u32, 1),
+        grid_dim: (grid_x, a.x.rows.div_ceil(8 * nt as usize) as u32, 1),
         block_dim: (l.threads, 1, 1),
         shared_mem_bytes: l.part_smem,
     };

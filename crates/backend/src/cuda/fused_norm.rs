@@ -98,7 +98,12 @@ fn norm_args(be: &CudaBackend, n: &AddNormArgs<'_, CudaBackend>, args: &mut Vec<
 
 /// CTAs of `name` an SM of this backend's GPU can hold at `threads` threads and `smem` bytes
 /// (the driver's occupancy figure, asked once per shape and kept in `CudaBackend::resident`).
-fn resident(be: &CudaBackend, name: &'static str, threads: u32, smem: u32) -> Result<u32> {
+pub(crate) fn resident(
+    be: &CudaBackend,
+    name: &'static str,
+    threads: u32,
+    smem: u32,
+) -> Result<u32> {
     let key = (name, threads, smem);
     let mut seen = be.resident.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(&(_, n)) = seen.iter().find(|(k, _)| *k == key) {
