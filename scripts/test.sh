@@ -21,7 +21,8 @@ CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}/fault" \
   cargo test --locked -p tf-engine --features fault-row-dependent --test fault_build
 echo "== tool self-tests" >&2
 python3 tools/reference/compare_greedy.py --self-test
-python3 tools/gpu/loadbw.py --build "${TMPDIR:-/tmp}/loadbw.cubin"  # the GPU tool's kernels compile
+python3 tools/gpu/loadbw.py --build "${TMPDIR:-/tmp}/loadbw.cubin"  # the GPU tools' kernels compile
+python3 tools/gpu/stepbw.py --build "${TMPDIR:-/tmp}/stepbw.cubin"
 echo "== OpenAI-client conformance against a real tensorfold serve on loopback" >&2
 TENSORFOLD_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/tensorfold" python3 tools/test_openai_conformance.py
 echo "all tests passed" >&2

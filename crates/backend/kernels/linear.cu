@@ -473,35 +473,92 @@ LINEAR_ENTRY(linear_bf16_d8, 1, TF_D8_U, D8_BOUNDS(512))
     X, k, rows, w0, b0, o0, n_0, sl0, len0, ctas0, w1, b1, o1, n_1, sl1, len1, ctas1, w2, b2, o2, n_2, sl2, len2
 #define GROUP_ARGS GROUP_ARGS_X(x)
 
+// Tile bx of a grouped launch: its weight (0, 1, 2 in CTA order), bias, output, features, K
+// split and first feature.
+struct GroupTile {
+    const bf16* w;
+    const float* bias;
+    bf16* out;
+    u32 n, S, len, n0;
+    __device__ __forceinline__ Slice slice(u32 k, u32 j) const {
+        return make_slice(w, n, k, n0, j * len, len);
+    }
+    // The tile's outputs (tokens t0 ..) from its slices' partials, in slice order.
+    template <int NT>
+    __device__ __forceinline__ void store(const float* parts, u32 t0, u32 rows) const {
+        for (u32 e = threadIdx.x; e < NT * 32 * 4; e += blockDim.x) {
+            u32 f, tok;
+            tile_elem<NT>(e, n0, t0, &f, &tok);
+            if (f >= n || tok >= rows) continue;
+            store_linear(out, 0, (u64)tok * n + f, slice_total<NT>(parts, e, 0, S), bias, f);
+        }
+    }
+};
+__device__ __forceinline__ GroupTile group_tile(GROUP_PARAMS, u32 bx) {
+    if (bx < ctas0) return {w0, b0, o0, n_0, sl0, len0, bx * 16};
+    bx -= ctas0;
+    if (bx < ctas1) return {w1, b1, o1, n_1, sl1, len1, bx * 16};
+    bx -= ctas1;
+    return {w2, b2, o2, n_2, sl2, len2, bx * 16};
+}
+
 // `part`: the partials' shared memory ([S][NT][32 lanes][4] floats). SX and `prologue`: see
 // run_jobs (linear_norm.cu's entries stage their normed input in shared memory).
 // `bx`: the CTA's tile (blockIdx.x, or one of a persistent CTA's), `first` as run_jobs.
 template <int NT, int U, bool SX = false, class P = NoPrologue>
 __device__ __forceinline__ void group_body(GROUP_PARAMS, float* parts, u32 bx, P prologue = P(),
                                            bool first = true) {
-    const bf16* w = w0;
-    const float* bias = b0;
-    bf16* out = o0;
-    u32 n = n_0, S = sl0, len = len0;
-    if (bx >= ctas0) {
-        bx -= ctas0;
-        if (bx >= ctas1) {
-            bx -= ctas1;
-            w = w2, bias = b2, out = o2, n = n_2, S = sl2, len = len2;
-        } else {
-            w = w1, bias = b1, out = o1, n = n_1, S = sl1, len = len1;
-        }
-    }
-    const u32 n0 = bx * 16, t0 = blockIdx.y * 8 * NT;
-    auto slice_of = [&](u32 j) { return make_slice(w, n, k, n0, j * len, len); };
-    run_jobs<NT, U, decltype(slice_of), SX>(slice_of, S, x, nullptr, k, rows, t0, parts, prologue,
-                                            first);
+    const GroupTile d = group_tile(GROUP_ARGS, bx);
+    const u32 t0 = blockIdx.y * 8 * NT;
+    auto slice_of = [&](u32 j) { return d.slice(k, j); };
+    run_jobs<NT, U, decltype(slice_of), SX>(slice_of, d.S, x, nullptr, k, rows, t0, parts,
+                                            prologue, first);
     __syncthreads();
-    for (u32 e = threadIdx.x; e < NT * 32 * 4; e += blockDim.x) {
-        u32 f, tok;
-        tile_elem<NT>(e, n0, t0, &f, &tok);
-        if (f >= n || tok >= rows) continue;
-        store_linear(out, 0, (u64)tok * n + f, slice_total<NT>(parts, e, 0, S), bias, f);
+    d.store<NT>(parts, t0, rows);
+}
+
+// group_body over tiles blockIdx.x, + gridDim.x, ... (one token tile), each warp issuing its
+// next job's first weights (its next slice of the tile, else its first of the CTA's next
+// tile) as soon as a chain ends, so they are in flight through the tile's combine: the same
+// jobs, chains and combine as group_body, so the same bits (linear_swiglu_d8's scheme).
+template <int U, bool SX = false, class P = NoPrologue>
+__device__ __forceinline__ void group_chained(GROUP_PARAMS, float* parts, P prologue = P()) {
+    const u32 tiles = ctas0 + ctas1 + (n_2 + 15) / 16, warp = threadIdx.x >> 5;
+    const u32 W = blockDim.x >> 5, t0 = blockIdx.y * 8;
+    u32 t = blockIdx.x, j = warp;
+    GroupTile d = group_tile(GROUP_ARGS, t);
+    Slice s = d.slice(k, j < d.S ? j : 0);
+    uint4 a[U], b[U];
+    if (TF_EARLY_TRIGGER) pdl_launch();
+    if (TF_PREWAIT && j < d.S) issue_w<U>(s, s.k_begin, a, b);
+    prologue.pre();
+    pdl_wait();
+    if (!TF_EARLY_TRIGGER) pdl_launch();
+    prologue.main();
+    if (!TF_PREWAIT && j < d.S) issue_w<U>(s, s.k_begin, a, b);
+    const bf16* xr[1];
+    bool vx[1];
+    token_rows<1>(x, nullptr, k, rows, t0, (threadIdx.x & 31) >> 2, xr, vx);
+    while (t < tiles) {
+        for (; j < d.S; j += W) {
+            slice_chain<1, U, SX>(s, a, b, xr, vx, t0, rows, parts, j);
+            if (j + W < d.S) {
+                s = d.slice(k, j + W);
+                issue_w<U>(s, s.k_begin, a, b);
+            } else if (t + gridDim.x < tiles) {
+                const GroupTile dn = group_tile(GROUP_ARGS, t + gridDim.x);
+                if (warp < dn.S) {
+                    s = dn.slice(k, warp);
+                    issue_w<U>(s, s.k_begin, a, b);
+                }
+            }
+        }
+        __syncthreads();
+        d.store<1>(parts, t0, rows);
+        __syncthreads();  // the partials are read before the next tile writes them
+        t += gridDim.x;
+        if (t < tiles) d = group_tile(GROUP_ARGS, t);
+        j = warp;
     }
 }
 extern "C" __global__ void __launch_bounds__(256, TF_GROUP_MINB) linear_bf16_group(GROUP_PARAMS) {
@@ -555,9 +612,7 @@ __device__ __forceinline__ void swiglu_store(SWIGLU_PARAMS, const float* parts, 
         act[at] = f2bf(swiglu_f(bf2f(gb), bf2f(ub)));
     }
 }
-extern "C" __global__ void __launch_bounds__(256, TF_GROUP_MINB) linear_bf16_swiglu(SWIGLU_PARAMS) {
-    swiglu_body<4, TF_NT_U>(SWIGLU_ARGS, dyn_floats(), blockIdx.x);
-}
+
 // Decode rows (at most 8: one token tile). Persistent when the host launches fewer CTAs than
 // tiles (`fused::linear_swiglu`): CTA b runs tiles b, b + gridDim.x, ..., and each warp
 // issues its next job's first weights (its next slice of the tile, else its first of the
@@ -571,8 +626,8 @@ extern "C" __global__ void __launch_bounds__(256, TF_GROUP_MINB) linear_bf16_swi
 // 208.9 / 208.6 with TENSORFOLD_SWIGLU_PERSIST=0 (+3.1%); check exact's fingerprints and
 // tests/cuda_fused.rs unchanged. Issuing the next job's weights during the chain's last
 // buffer instead (session 21's TF_CHAIN_NEXT) wanted 151 registers (1 CTA an SM).
-extern "C" __global__ void D8_BOUNDS(256) linear_bf16_swiglu_d8(SWIGLU_PARAMS) {
-    constexpr int U = TF_D8_U;
+template <int NT, int U>
+__device__ __forceinline__ void swiglu_chained(SWIGLU_PARAMS) {
     float* parts = dyn_floats();
     const u32 tiles = (n + 15) / 16, warp = threadIdx.x >> 5, W = blockDim.x >> 5, J = 2 * S;
     auto slice_of = [&](u32 tile, u32 j) {
@@ -586,13 +641,13 @@ extern "C" __global__ void D8_BOUNDS(256) linear_bf16_swiglu_d8(SWIGLU_PARAMS) {
     pdl_wait();
     if (!TF_EARLY_TRIGGER) pdl_launch();
     if (!TF_PREWAIT && warp < J) issue_w<U>(s, s.k_begin, a, b);
-    const bf16* xr[1];
-    bool vx[1];
-    const u32 t0 = blockIdx.y * 8;
-    token_rows<1>(x, nullptr, k, rows, t0, (threadIdx.x & 31) >> 2, xr, vx);
+    const bf16* xr[NT];
+    bool vx[NT];
+    const u32 t0 = blockIdx.y * 8 * NT;
+    token_rows<NT>(x, nullptr, k, rows, t0, (threadIdx.x & 31) >> 2, xr, vx);
     for (; t < tiles; t += gridDim.x) {
         for (; j < J; j += W) {
-            slice_chain<1, U>(s, a, b, xr, vx, t0, rows, parts, j);
+            slice_chain<NT, U>(s, a, b, xr, vx, t0, rows, parts, j);
             // The warp's next job: the next of this tile, else its first of the CTA's next.
             const bool same = j + W < J;
             const u32 nt = same ? t : t + gridDim.x;
@@ -603,7 +658,18 @@ extern "C" __global__ void D8_BOUNDS(256) linear_bf16_swiglu_d8(SWIGLU_PARAMS) {
         }
         j = warp;
         __syncthreads();
-        swiglu_store<1>(SWIGLU_ARGS, parts, t * 16, t0);
+        swiglu_store<NT>(SWIGLU_ARGS, parts, t * 16, t0);
         __syncthreads();  // the partials are read before the next tile writes them
     }
+}
+extern "C" __global__ void D8_BOUNDS(256) linear_bf16_swiglu_d8(SWIGLU_PARAMS) {
+    swiglu_chained<1, TF_D8_U>(SWIGLU_ARGS);
+}
+// The general entry (9 to 64 rows: 4 token tiles a CTA, blockIdx.y the next 32 rows), the
+// same scheme (80 registers, 88 bytes of stack against 56 before). H200, session 26, serve
+// (bench_concurrent, 2 alternated rounds): 16 streams 1,623 / 1,630 tok/s against 1,526 /
+// 1,544 with TENSORFOLD_SWIGLU_PERSIST=0, 64 streams 2,625 / 2,585 against 2,620 / 2,622;
+// replies equal to alone 81/81 both ways; tests/cuda_fused.rs at 17 and 64 rows unchanged.
+extern "C" __global__ void __launch_bounds__(256, TF_GROUP_MINB) linear_bf16_swiglu(SWIGLU_PARAMS) {
+    swiglu_chained<4, TF_NT_U>(SWIGLU_ARGS);
 }

@@ -101,6 +101,19 @@ struct NormPrologue {
     float* parts = (float*)(stage + (u64)rows * k);                                            \
     const NormPrologue prologue{NORM_ARGS, rows, k, wsm, sums, stage};
 
+// TF_GROUP_CHAIN (1, the default; a knob through TENSORFOLD_KERNEL_DEFINES): the q/k/v entry
+// runs linear.cu's group_chained (each warp's next job's weights issued as a chain ends, so a
+// CTA's second tile starts with its loads in flight); 0: group_body a tile, its first loads
+// after the previous tile's combine. The same jobs, chains and combine: the same bits. H200,
+// session 26: llama3-8b's 384 tiles fit one wave (3 CTAs an SM), so only k and v's second
+// jobs a warp chain there (16 slices on 8 warps); bench decode, 3 alternated rounds, 213.3 /
+// 213.3, 215.7 / 218.7, 219.0 / 219.2 tok/s against 212.9 / 212.8, 214.2 / 214.8, 214.1 /
+// 219.2 with 0 (+0.8%); check exact's fingerprints and tests/cuda_fused_norm.rs (the 33B
+// geometry's 576 tiles: second tiles chained) unchanged.
+#ifndef TF_GROUP_CHAIN
+#define TF_GROUP_CHAIN 1
+#endif
+
 // q, k, v (GROUP_PARAMS' x is unused: the input is the staged normed rows) with one token tile
 // (rows <= 8). Persistent: grid (min(tiles, CTAs resident at once)); CTA b runs tiles b, b +
 // gridDim.x, ... (the prologue once); block as linear_bf16_group; dynamic shared memory k * 4
@@ -108,6 +121,10 @@ struct NormPrologue {
 extern "C" __global__ void __launch_bounds__(256, TF_GROUP_MINB)
     linear_bf16_group_norm(GROUP_PARAMS, NORM_PARAMS) {
     NORM_SMEM
+    if (TF_GROUP_CHAIN) {
+        group_chained<TF_NT_U, true>(GROUP_ARGS_X(stage), parts, prologue);
+        return;
+    }
     const u32 tiles = ctas0 + ctas1 + (n_2 + 15) / 16;
     for (u32 t = blockIdx.x; t < tiles; t += gridDim.x) {
         group_body<1, TF_NT_U, true>(GROUP_ARGS_X(stage), parts, t, prologue, t == blockIdx.x);

@@ -265,9 +265,9 @@ pub(crate) fn swiglu_launch(
     }))
 }
 
-/// Whether `linear_bf16_swiglu_d8` runs persistent CTAs (linear.cu: each warp issues its next
-/// tile's first weights as a chain ends); `TENSORFOLD_SWIGLU_PERSIST=0` launches a CTA a tile
-/// (an A/B switch: the same bits). H200, session 26 (tools/gpu/stepbw.py, the bare load
+/// Whether `linear_bf16_swiglu_d8` and `linear_bf16_swiglu` (9 to 64 rows) run persistent
+/// CTAs (linear.cu's swiglu_chained: each warp issues its next tile's first weights as a chain
+/// ends); `TENSORFOLD_SWIGLU_PERSIST=0` launches a CTA a tile (an A/B switch: the same bits). H200, session 26 (tools/gpu/stepbw.py, the bare load
 /// pattern on llama3-8b's gate/up, 32 matrices back to back): 58.5 us a matrix persistent
 /// against 61.9 a CTA a tile.
 fn swiglu_persistent() -> bool {
@@ -286,8 +286,8 @@ pub(crate) fn linear_swiglu(be: &CudaBackend, a: SwigluArgs<'_, CudaBackend>) ->
         linear::linear_parts(be, a.x, &mut parts)?;
         return ops::swiglu(be, a.gate, a.up, a.out);
     };
-    // The decode entry walks tiles persistently: as many CTAs as the GPU holds at once.
-    let grid_x = match nt == 1 && swiglu_persistent() {
+    // The CTAs walk tiles persistently: as many as the GPU holds at once.
+    let grid_x = match swiglu_persistent() {
         true => {
             let ctas = super::fused_norm::resident(be, name, l.threads, l.part_smem)?;
             l.grid_x.min(ctas * be.sms as u32)
