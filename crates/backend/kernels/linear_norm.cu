@@ -1,27 +1,26 @@
-// The residual add and RMSNorm as the prologue of the grouped decode products (compiled in one
-// unit after linear.cu, whose group and swiglu bodies it reuses): `add_norm_linear_group`
-// (q, k, v) and `add_norm_linear_swiglu` (gate, up) of cuda/fused_norm.rs, for calls of at most
-// 8 rows. Each CTA computes the call's normed rows itself into shared memory, with
-// add_rms_norm's 16-byte path (norm.cu: the sums bf16(acc + add) chunk by chunk, the sum of
-// squares by vt = norm_threads(k) virtual threads in their order, r = 1 / sqrt(mean + eps),
-// bf16(w * bf16(x * r)); the helpers are common.cuh's), so its slices read the bits the
-// separate add_rms_norm would have written, and then runs the same slice chains and combine as
-// linear_bf16_group / linear_bf16_swiglu_d8. The CTAs are persistent (the host launches as many
-// as the GPU holds, each walking tiles blockIdx.x, + gridDim.x, ...), so each computes the norm
-// once. H200, session 17, one row: norm + q/k/v 22.8 -> 19.7 us; norm + gate/up 65.7 -> 69.4
-// us (896 tiles over 264 CTAs: the prologue sits in front of each CTA's stream), so the host
-// fuses q/k/v only by default (TENSORFOLD_NORM_FUSE). One CTA a tile, each with the prologue,
-// was slower for both (decode 192-195 vs 202 tok/s). Session 24 (H200, same bits: the fused
-// test with TENSORFOLD_NORM_FUSE=all, check exact fingerprints unchanged) measured and dropped
-// persistent CTAs that take their tiles after the first from a counter (the CTA given the last
-// value resets it): one row, norm + gate/up fused 66.9 us either way (unfused 65.9), norm +
-// q/k/v 19.6 (21.2); bench decode, 3 alternated rounds, 209.7-211.9 / 207.3-208.0 / 209.4-210.1
-// tok/s against 210.6-211.1 / 208.0-208.3 / 206.6-206.9 without; with gate/up fused too
-// 203.0-207.7 (either way). So gate/up's loss is not its 896 tiles over 264 CTAs. Also session
-// 24: the q/k/v entry with 4 super-steps a buffer (TF_NT_U=4) and 2 CTAs an SM
-// (TF_GROUP_MINB=2) 205.9-211.0 tok/s, with 3 super-steps 206.5-208.8, 2 CTAs an SM alone
-// 201.6-207.8, 4 super-steps at 3 CTAs an SM (120 bytes spilled) 193.9-198.8, against the
-// default's 210.9-212.7 in the same call.
+// The residual add and RMSNorm as the prologue of the grouped decode products (compiled in one unit
+// after linear.cu and linear_group.cu, whose group and swiglu bodies it reuses):
+// `add_norm_linear_group` (q, k, v) and `add_norm_linear_swiglu` (gate, up) of cuda/fused_norm.rs,
+// for calls of at most 8 rows. Each CTA computes the call's normed rows itself into shared memory,
+// with add_rms_norm's 16-byte path (norm.cu: the sums bf16(acc + add) chunk by chunk, the sum of
+// squares by vt = norm_threads(k) virtual threads in their order, r = 1 / sqrt(mean + eps), bf16(w
+// * bf16(x * r)); the helpers are common.cuh's), so its slices read the bits the separate
+// add_rms_norm would have written, and then runs the same slice chains and combine as
+// linear_bf16_group / linear_bf16_swiglu_d8. The CTAs are persistent (the host launches as many as
+// the GPU holds, each walking tiles blockIdx.x, + gridDim.x, ...), so each computes the norm once.
+// H200, session 17, one row: norm + q/k/v 22.8 -> 19.7 us; norm + gate/up 65.7 -> 69.4 us (896
+// tiles over 264 CTAs: the prologue sits in front of each CTA's stream), so the host fuses q/k/v
+// only by default (TENSORFOLD_NORM_FUSE). One CTA a tile, each with the prologue, was slower for
+// both (decode 192-195 vs 202 tok/s). Session 24 (H200, same bits: the fused test with
+// TENSORFOLD_NORM_FUSE=all, check exact fingerprints unchanged) measured and dropped persistent
+// CTAs that take their tiles after the first from a counter (the CTA given the last value resets
+// it): one row, norm + gate/up fused 66.9 us either way (unfused 65.9), norm + q/k/v 19.6 (21.2);
+// bench decode, 3 alternated rounds, 209.7-211.9 / 207.3-208.0 / 209.4-210.1 tok/s against
+// 210.6-211.1 / 208.0-208.3 / 206.6-206.9 without; with gate/up fused too 203.0-207.7 (either way).
+// So gate/up's loss is not its 896 tiles over 264 CTAs. Also session 24: the q/k/v entry with 4
+// super-steps a buffer (TF_NT_U=4) and 2 CTAs an SM (TF_GROUP_MINB=2) 205.9-211.0 tok/s, with 3
+// super-steps 206.5-208.8, 2 CTAs an SM alone 201.6-207.8, 4 super-steps at 3 CTAs an SM (120 bytes
+// spilled) 193.9-198.8, against the default's 210.9-212.7 in the same call.
 //
 // add_rms_norm also writes the sums back to `acc` (in place) and the normed rows to `nout`:
 // here the last CTA of the grid to have staged its sums does both, once every CTA has read
@@ -102,7 +101,7 @@ struct NormPrologue {
     const NormPrologue prologue{NORM_ARGS, rows, k, wsm, sums, stage};
 
 // TF_GROUP_CHAIN (1, the default; a knob through TENSORFOLD_KERNEL_DEFINES): the q/k/v entry
-// runs linear.cu's group_chained (each warp's next job's weights issued as a chain ends, so a
+// runs linear_group.cu's group_chained (each warp's next job's weights issued as a chain ends, so a
 // CTA's second tile starts with its loads in flight); 0: group_body a tile, its first loads
 // after the previous tile's combine. The same jobs, chains and combine: the same bits. H200,
 // session 26: llama3-8b's 384 tiles fit one wave (3 CTAs an SM), so only k and v's second

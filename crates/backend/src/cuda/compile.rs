@@ -45,11 +45,13 @@ pub const FAMILIES: &[Family] = &[
             include_str!("../../kernels/attention90ws.cu")
         ),
     },
-    // One unit from two files (the products; the fused norm prologue's entries).
+    // One unit from three files (the products; the grouped decode products; the fused norm
+    // prologue's entries).
     Family {
         name: "linear",
         source: concat!(
             include_str!("../../kernels/linear.cu"),
+            include_str!("../../kernels/linear_group.cu"),
             include_str!("../../kernels/linear_norm.cu")
         ),
     },

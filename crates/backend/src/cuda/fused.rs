@@ -266,7 +266,7 @@ pub(crate) fn swiglu_launch(
 }
 
 /// Whether `linear_bf16_swiglu_d8` and `linear_bf16_swiglu` (9 to 64 rows) run persistent
-/// CTAs (linear.cu's swiglu_chained: each warp issues its next tile's first weights as a chain
+/// CTAs (linear_group.cu's swiglu_chained: each warp issues its next tile's first weights as a chain
 /// ends); `TENSORFOLD_SWIGLU_PERSIST=0` launches a CTA a tile (an A/B switch: the same bits). H200, session 26 (tools/gpu/stepbw.py, the bare load
 /// pattern on llama3-8b's gate/up, 32 matrices back to back): 58.5 us a matrix persistent
 /// against 61.9 a CTA a tile.
