@@ -173,9 +173,9 @@ __device__ __forceinline__ void swiglu_store(SWIGLU_PARAMS, const float* parts, 
 // 208.9 / 208.6 with TENSORFOLD_SWIGLU_PERSIST=0 (+3.1%); check exact's fingerprints and
 // tests/cuda_fused.rs unchanged. Issuing the next job's weights during the chain's last
 // buffer instead (session 21's TF_CHAIN_NEXT) wanted 151 registers (1 CTA an SM).
-template <int NT, int U>
-__device__ __forceinline__ void swiglu_chained(SWIGLU_PARAMS) {
-    float* parts = dyn_floats();
+// `parts`, SX and `prologue` as swiglu_body (the norm entry stages its normed rows).
+template <int NT, int U, bool SX = false, class P = NoPrologue>
+__device__ __forceinline__ void swiglu_chained(SWIGLU_PARAMS, float* parts, P prologue = P()) {
     const u32 tiles = (n + 15) / 16, warp = threadIdx.x >> 5, W = blockDim.x >> 5, J = 2 * S;
     auto slice_of = [&](u32 tile, u32 j) {
         return make_slice(j < S ? wg : wu, n, k, tile * 16, (j < S ? j : j - S) * len, len);
@@ -185,8 +185,10 @@ __device__ __forceinline__ void swiglu_chained(SWIGLU_PARAMS) {
     uint4 a[U], b[U];
     if (TF_EARLY_TRIGGER) pdl_launch();
     if (TF_PREWAIT && warp < J) issue_w<U>(s, s.k_begin, a, b);
+    prologue.pre();
     pdl_wait();
     if (!TF_EARLY_TRIGGER) pdl_launch();
+    prologue.main();
     if (!TF_PREWAIT && warp < J) issue_w<U>(s, s.k_begin, a, b);
     const bf16* xr[NT];
     bool vx[NT];
@@ -194,7 +196,7 @@ __device__ __forceinline__ void swiglu_chained(SWIGLU_PARAMS) {
     token_rows<NT>(x, nullptr, k, rows, t0, (threadIdx.x & 31) >> 2, xr, vx);
     for (; t < tiles; t += gridDim.x) {
         for (; j < J; j += W) {
-            slice_chain<NT, U>(s, a, b, xr, vx, t0, rows, parts, j);
+            slice_chain<NT, U, SX>(s, a, b, xr, vx, t0, rows, parts, j);
             // The warp's next job: the next of this tile, else its first of the CTA's next.
             const bool same = j + W < J;
             const u32 nt = same ? t : t + gridDim.x;
@@ -210,7 +212,7 @@ __device__ __forceinline__ void swiglu_chained(SWIGLU_PARAMS) {
     }
 }
 extern "C" __global__ void D8_BOUNDS(256) linear_bf16_swiglu_d8(SWIGLU_PARAMS) {
-    swiglu_chained<1, TF_D8_U>(SWIGLU_ARGS);
+    swiglu_chained<1, TF_D8_U>(SWIGLU_ARGS, dyn_floats());
 }
 // The general entry (9 to 64 rows: 4 token tiles a CTA, blockIdx.y the next 32 rows), the
 // same scheme (80 registers, 88 bytes of stack against 56 before). H200, session 26, serve
@@ -218,5 +220,5 @@ extern "C" __global__ void D8_BOUNDS(256) linear_bf16_swiglu_d8(SWIGLU_PARAMS) {
 // 1,544 with TENSORFOLD_SWIGLU_PERSIST=0, 64 streams 2,625 / 2,585 against 2,620 / 2,622;
 // replies equal to alone 81/81 both ways; tests/cuda_fused.rs at 17 and 64 rows unchanged.
 extern "C" __global__ void __launch_bounds__(256, TF_GROUP_MINB) linear_bf16_swiglu(SWIGLU_PARAMS) {
-    swiglu_chained<4, TF_NT_U>(SWIGLU_ARGS);
+    swiglu_chained<4, TF_NT_U>(SWIGLU_ARGS, dyn_floats());
 }

@@ -100,15 +100,16 @@ struct NormPrologue {
     float* parts = (float*)(stage + (u64)rows * k);                                            \
     const NormPrologue prologue{NORM_ARGS, rows, k, wsm, sums, stage};
 
-// TF_GROUP_CHAIN (1, the default; a knob through TENSORFOLD_KERNEL_DEFINES): the q/k/v entry
-// runs linear_group.cu's group_chained (each warp's next job's weights issued as a chain ends, so a
-// CTA's second tile starts with its loads in flight); 0: group_body a tile, its first loads
-// after the previous tile's combine. The same jobs, chains and combine: the same bits. H200,
-// session 26: llama3-8b's 384 tiles fit one wave (3 CTAs an SM), so only k and v's second
-// jobs a warp chain there (16 slices on 8 warps); bench decode, 3 alternated rounds, 213.3 /
-// 213.3, 215.7 / 218.7, 219.0 / 219.2 tok/s against 212.9 / 212.8, 214.2 / 214.8, 214.1 /
-// 219.2 with 0 (+0.8%); check exact's fingerprints and tests/cuda_fused_norm.rs (the 33B
-// geometry's 576 tiles: second tiles chained) unchanged.
+// TF_GROUP_CHAIN (1, the default; a knob through TENSORFOLD_KERNEL_DEFINES): the q/k/v entry runs
+// linear_group.cu's group_chained (each warp's next job's weights issued as a chain ends, so a
+// CTA's second tile starts with its loads in flight); 0: group_body a tile, its first loads after
+// the previous tile's combine. The same jobs, chains and combine: the same bits. H200, session 26:
+// llama3-8b's 384 tiles fit one wave (3 CTAs an SM), so only k and v's second jobs a warp chain
+// there (16 slices on 8 warps); bench decode, 3 alternated rounds, 213.3 / 213.3, 215.7 / 218.7,
+// 219.0 / 219.2 tok/s against 212.9 / 212.8, 214.2 / 214.8, 214.1 / 219.2 with 0 (+0.8%); check
+// exact's fingerprints and tests/cuda_fused_norm.rs (the 33B geometry's 576 tiles: second tiles
+// chained) unchanged. The gate/up norm entry (off by default, TENSORFOLD_NORM_FUSE=all) runs
+// linear_group.cu's swiglu_chained under the same knob.
 #ifndef TF_GROUP_CHAIN
 #define TF_GROUP_CHAIN 1
 #endif
@@ -132,10 +133,14 @@ extern "C" __global__ void __launch_bounds__(256, TF_GROUP_MINB)
 }
 
 // gate, up and SwiGLU over the staged normed rows, as linear_bf16_swiglu_d8 (rows <= 8);
-// persistent as above over ceil(n / 16) tiles; dynamic shared memory k * 4 + 2 * rows * k * 2
-// bytes + 2S * 128 floats.
+// persistent as above over ceil(n / 16) tiles, chained as that entry (TF_GROUP_CHAIN);
+// dynamic shared memory k * 4 + 2 * rows * k * 2 bytes + 2S * 128 floats.
 extern "C" __global__ void D8_BOUNDS(256) linear_bf16_swiglu_norm(SWIGLU_PARAMS, NORM_PARAMS) {
     NORM_SMEM
+    if (TF_GROUP_CHAIN) {
+        swiglu_chained<1, TF_D8_U, true>(SWIGLU_ARGS_X(stage), parts, prologue);
+        return;
+    }
     const u32 tiles = (n + 15) / 16;
     for (u32 t = blockIdx.x; t < tiles; t += gridDim.x) {
         swiglu_body<1, TF_D8_U, true>(SWIGLU_ARGS_X(stage), parts, t, prologue, t == blockIdx.x);
