@@ -368,6 +368,21 @@ struct NoPrologue {
     __device__ __forceinline__ void main() const {}
 };
 
+// A product's start: the next kernel may launch (TF_EARLY_TRIGGER), the first job's first
+// weights (`s`, if `has_job`) are issued before pdl_wait() (TF_PREWAIT), and the prologue runs
+// around the wait. Returns whether those weights were issued.
+template <int U, class P>
+__device__ __forceinline__ bool product_start(const Slice& s, bool has_job, uint4 (&a)[U],
+                                              uint4 (&b)[U], const P& prologue) {
+    if (TF_EARLY_TRIGGER) pdl_launch();
+    if (TF_PREWAIT && has_job) issue_w<U>(s, s.k_begin, a, b);
+    prologue.pre();
+    pdl_wait();
+    if (!TF_EARLY_TRIGGER) pdl_launch();
+    prologue.main();
+    return TF_PREWAIT && has_job;
+}
+
 // `first`: the CTA's first tile (the persistent norm entries run several; later tiles neither
 // wait nor run the prologue again, and issue their first weights after the previous tile).
 template <int NT, int U, class F, bool SX = false, class P = NoPrologue>
@@ -377,14 +392,7 @@ __device__ __forceinline__ void run_jobs(F slice_of, u32 J, const bf16* __restri
     const u32 warp = threadIdx.x >> 5, W = blockDim.x >> 5;
     uint4 a[U], b[U];
     Slice s = slice_of(warp < J ? warp : 0);
-    if (first) {
-        if (TF_EARLY_TRIGGER) pdl_launch();
-        if (TF_PREWAIT && warp < J) issue_w<U>(s, s.k_begin, a, b);
-        prologue.pre();
-        pdl_wait();
-        if (!TF_EARLY_TRIGGER) pdl_launch();
-        prologue.main();
-    }
+    if (first) product_start<U>(s, warp < J, a, b, prologue);
     const bf16* xr[NT];
     bool vx[NT];
     token_rows<NT>(x, row_idx, k, rows, t0, (threadIdx.x & 31) >> 2, xr, vx);

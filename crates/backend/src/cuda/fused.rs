@@ -266,10 +266,10 @@ pub(crate) fn swiglu_launch(
 }
 
 /// Whether `linear_bf16_swiglu_d8` and `linear_bf16_swiglu` (9 to 64 rows) run persistent
-/// CTAs (linear_group.cu's swiglu_chained: each warp issues its next tile's first weights as a chain
-/// ends); `TENSORFOLD_SWIGLU_PERSIST=0` launches a CTA a tile (an A/B switch: the same bits). H200, session 26 (tools/gpu/stepbw.py, the bare load
-/// pattern on llama3-8b's gate/up, 32 matrices back to back): 58.5 us a matrix persistent
-/// against 61.9 a CTA a tile.
+/// CTAs (linear_group.cu's swiglu_chained: each warp issues its next tile's first weights as
+/// a chain ends); `TENSORFOLD_SWIGLU_PERSIST=0` launches a CTA a tile (an A/B switch: the
+/// same bits). H200, session 26 (tools/gpu/stepbw.py, the bare load pattern on llama3-8b's
+/// gate/up, 32 matrices back to back): 58.5 us a matrix persistent against 61.9 a CTA a tile.
 fn swiglu_persistent() -> bool {
     static P: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *P.get_or_init(|| std::env::var("TENSORFOLD_SWIGLU_PERSIST").map_or(true, |v| v != "0"))
@@ -288,10 +288,7 @@ pub(crate) fn linear_swiglu(be: &CudaBackend, a: SwigluArgs<'_, CudaBackend>) ->
     };
     // The CTAs walk tiles persistently: as many as the GPU holds at once.
     let grid_x = match swiglu_persistent() {
-        true => {
-            let ctas = super::fused_norm::resident(be, name, l.threads, l.part_smem)?;
-            l.grid_x.min(ctas * be.sms as u32)
-        }
+        true => l.grid_x.min(be.persistent_ctas(name, l.threads, l.part_smem)?),
         false => l.grid_x,
     };
     let cfg = LaunchConfig {

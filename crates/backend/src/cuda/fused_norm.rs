@@ -24,7 +24,7 @@ use super::kernels::LINEAR_DECODE_ROWS;
 use super::ops::norm_threads;
 use super::tensor::{dptr, CudaTensor, CudaWeight};
 use super::{CudaBackend, KArg};
-use crate::error::{BackendError, Result};
+use crate::error::Result;
 use crate::{ActDType, AddNormArgs, LinearPart, SwigluArgs};
 
 /// Most bytes of normed rows a fused CTA stages (rows * hidden * 2); the norm weights (hidden
@@ -96,28 +96,6 @@ fn norm_args(be: &CudaBackend, n: &AddNormArgs<'_, CudaBackend>, args: &mut Vec<
     ]);
 }
 
-/// CTAs of `name` an SM of this backend's GPU can hold at `threads` threads and `smem` bytes
-/// (the driver's occupancy figure, asked once per shape and kept in `CudaBackend::resident`).
-pub(crate) fn resident(
-    be: &CudaBackend,
-    name: &'static str,
-    threads: u32,
-    smem: u32,
-) -> Result<u32> {
-    let key = (name, threads, smem);
-    let mut seen = be.resident.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(&(_, n)) = seen.iter().find(|(k, _)| *k == key) {
-        return Ok(n);
-    }
-    let f = be.reg.get(name)?;
-    let n = f
-        .occupancy_max_active_blocks_per_multiprocessor(threads, smem as usize, None)
-        .map_err(|e| BackendError::Device(format!("cuda: occupancy of {name}: {e}")))?
-        .max(1);
-    seen.push((key, n));
-    Ok(n)
-}
-
 /// Launches `name` with the product's and the norm's arguments: persistent CTAs (as many as
 /// the GPU holds at once, at most one a tile) over one token tile.
 fn launch(
@@ -129,7 +107,7 @@ fn launch(
     norm_args(be, n, &mut l.args);
     let (rows, k) = (n.acc.rows as u32, n.acc.cols as u32);
     let smem = 4 * k + 4 * rows * k + l.part_smem;
-    let ctas = resident(be, name, l.threads, smem)? * be.sms as u32;
+    let ctas = be.persistent_ctas(name, l.threads, smem)?;
     let cfg = LaunchConfig {
         grid_dim: (l.grid_x.min(ctas), 1, 1),
         block_dim: (l.threads, 1, 1),

@@ -110,7 +110,7 @@ pub struct CudaBackend {
     /// the last one writes it back and resets the count to zero for the next launch).
     pub(crate) norm_counter: CudaSlice<u32>,
     /// CTAs an SM holds, by (entry point, threads, dynamic shared memory): the driver's
-    /// occupancy answers for this GPU, asked once each (`fused_norm.rs`'s persistent grids).
+    /// occupancy answers for this GPU, asked once each (`persistent_ctas`).
     pub(crate) resident: Mutex<Vec<(Occupancy, u32)>>,
     /// Pinned buffers the weight upload copies through (`staging.rs`), made on first use.
     pub(crate) staging: Mutex<Option<staging::Staging>>,
@@ -293,6 +293,32 @@ impl CudaBackend {
 
     /// Launches entry point `name` with `args` in the kernel's declared order; while a step
     /// is recorded (`graph`), the launch is logged instead and issued at the step's end.
+    /// CTAs of `name` the GPU holds at once at `threads` threads and `smem` bytes: a
+    /// persistent launch's grid (the driver's occupancy figure an SM, asked once per shape and
+    /// kept in `resident`, times the SMs).
+    pub(crate) fn persistent_ctas(
+        &self,
+        name: &'static str,
+        threads: u32,
+        smem: u32,
+    ) -> Result<u32> {
+        let key = (name, threads, smem);
+        let mut seen = self.resident.lock().unwrap_or_else(|e| e.into_inner());
+        let per_sm = match seen.iter().find(|(k, _)| *k == key) {
+            Some(&(_, n)) => n,
+            None => {
+                let f = self.reg.get(name)?;
+                let n = f
+                    .occupancy_max_active_blocks_per_multiprocessor(threads, smem as usize, None)
+                    .map_err(|e| BackendError::Device(format!("cuda: occupancy of {name}: {e}")))?
+                    .max(1);
+                seen.push((key, n));
+                n
+            }
+        };
+        Ok(per_sm * self.sms as u32)
+    }
+
     pub(crate) fn launch(&self, name: &str, cfg: LaunchConfig, args: &[KArg]) -> Result<()> {
         *self.kv_written.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let f = self.reg.get(name)?;
