@@ -7,6 +7,7 @@
 #                        --tokenizer-from there)
 #   .gpu/torch_peer.py   ../shared/peers/torch_peer.py (the PyTorch peer), when present
 #   .gpu/cuda_wgmma      the wgmma test binary, stripped (receipt.sh's products stage)
+#   .gpu/cuda_fused_rope the q/k/v + rope test binary, stripped (receipt.sh's rope stage)
 #   .gpu/loadbw.cubin    tools/gpu/loadbw.py's kernels for sm_90a (the loadbw stage)
 #   .whl/                openai and its deps for CPython 3.12 (tools/gpu/wheels.sh)
 # Usage: tools/gpu/prepare.sh   (from anywhere; ~5 minutes on 2 cores after a warm build)
@@ -33,6 +34,11 @@ wg=$(cargo test --release -p tf-backend --test cuda_wgmma --no-run 2>&1 |
   sed -n 's/.*Executable .*(\(.*cuda_wgmma-[0-9a-f]*\)).*/\1/p' | tail -1)
 cp "$wg" .gpu/cuda_wgmma
 strip .gpu/cuda_wgmma
+# receipt.sh's rope stage: the q/k/v + rope + KV-write test binary.
+fr=$(cargo test --release -p tf-backend --test cuda_fused_rope --no-run 2>&1 |
+  sed -n 's/.*Executable .*(\(.*cuda_fused_rope-[0-9a-f]*\)).*/\1/p' | tail -1)
+cp "$fr" .gpu/cuda_fused_rope
+strip .gpu/cuda_fused_rope
 scripts/nvrtc-wheels.sh >/dev/null
 python3 tools/gpu/loadbw.py --build .gpu/loadbw.cubin
 [ -n "$(ls .whl/*.whl 2>/dev/null)" ] || tools/gpu/wheels.sh >/dev/null

@@ -7,7 +7,7 @@
 #   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
 #        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs knobs33
-#        breakdown big summary
+#        breakdown big summary rope
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -199,6 +199,19 @@ stage_knobs33() {
   synth_n33 | tail -1
   for e in X=1 TENSORFOLD_LINEAR_WARPS=4096 TENSORFOLD_KERNEL_DEFINES=TF_D8_U=5; do
     echo "$e 33B decode $(decode_rates n33 128 $e)"
+  done
+}
+# Session 27's q/k/v + rope + KV-write launch (kernels/linear_rope.cu): its bitwise test and
+# speed at one row (needs .gpu/cuda_fused_rope), check exact's fingerprints without it (must
+# equal the default's), then bench decode alternated with TENSORFOLD_ROPE_FUSE=0.
+stage_rope() {
+  timeout 300 .gpu/cuda_fused_rope --ignored --nocapture --test-threads 1 2>&1 |
+    grep -E "bit for bit at 8|control|us a call|test result|panicked|differ"
+  echo "default:           $(fingerprints X=1)"
+  echo "ROPE_FUSE=0:       $(fingerprints TENSORFOLD_ROPE_FUSE=0)"
+  local e
+  for r in 1 2 3; do
+    for e in X=1 TENSORFOLD_ROPE_FUSE=0; do echo "$e decode $(decode_rates l8b 256 $e)"; done
   done
 }
 stage_serve() {

@@ -26,6 +26,14 @@ __device__ __forceinline__ float swiglu_f(float g, float u) {
     return rbf(g / (1.0f + expf(-g))) * u;
 }
 
+// rope's pair formula on bf16 values: (y1, y2) of (x1, x2) with cos c and sin s (rope.cu's
+// kernels and linear_rope.cu's q/k/v epilogue both use it).
+__device__ __forceinline__ void rope_pair(float x1, float x2, float c, float s, bf16& y1,
+                                          bf16& y2) {
+    y1 = f2bf(rbf(rbf(x1 * c) + rbf(-x2 * s)));
+    y2 = f2bf(rbf(rbf(x2 * c) + rbf(x1 * s)));
+}
+
 // Element i of an activation buffer of bf16 (is_f32 == 0) or f32.
 __device__ __forceinline__ float ld_act(const void* p, u64 i, int is_f32) {
     return is_f32 ? ((const float*)p)[i] : bf2f(((const bf16*)p)[i]);

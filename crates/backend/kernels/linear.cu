@@ -146,17 +146,23 @@ struct Slice {
     bool va, vb;
     u32 k_begin, k_end;
 };
-__device__ __forceinline__ Slice make_slice(const bf16* __restrict__ w, u32 n, u32 k, u32 n0,
-                                            u32 k_begin, u32 slice_len) {
-    const u32 g = (threadIdx.x & 31) >> 2;
+// The slice whose lane rows g and g + 8 are features fa and fb (linear_rope.cu pairs rope's
+// features on them; each element's chain is its own, whichever rows share the tile).
+__device__ __forceinline__ Slice make_slice_rows(const bf16* __restrict__ w, u32 n, u32 k, u32 fa,
+                                                 u32 fb, u32 k_begin, u32 slice_len) {
     Slice s;
-    s.va = n0 + g < n;
-    s.vb = n0 + g + 8 < n;
-    s.wa = w + (u64)(s.va ? n0 + g : 0) * k;
-    s.wb = w + (u64)(s.vb ? n0 + g + 8 : 0) * k;
+    s.va = fa < n;
+    s.vb = fb < n;
+    s.wa = w + (u64)(s.va ? fa : 0) * k;
+    s.wb = w + (u64)(s.vb ? fb : 0) * k;
     s.k_begin = k_begin;
     s.k_end = min(k, k_begin + slice_len);
     return s;
+}
+__device__ __forceinline__ Slice make_slice(const bf16* __restrict__ w, u32 n, u32 k, u32 n0,
+                                            u32 k_begin, u32 slice_len) {
+    const u32 g = (threadIdx.x & 31) >> 2;
+    return make_slice_rows(w, n, k, n0 + g, n0 + g + 8, k_begin, slice_len);
 }
 
 // The 16-byte chunk (8 consecutive k) of a super-step that lane (g, c) loads: 0, 2, 1, 3 for

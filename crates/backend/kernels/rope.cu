@@ -58,13 +58,6 @@ extern "C" __global__ void __launch_bounds__(256) rope(
     }
 }
 
-// The pair formula on bf16 values: (y1, y2) of (x1, x2) with cos c and sin s.
-__device__ __forceinline__ void rope_pair(float x1, float x2, float c, float s, bf16& y1,
-                                          bf16& y2) {
-    y1 = f2bf(rbf(rbf(x1 * c) + rbf(-x2 * s)));
-    y2 = f2bf(rbf(rbf(x2 * c) + rbf(x1 * s)));
-}
-
 // bf16 j of 8 packed in a uint4, and its replacement.
 __device__ __forceinline__ bf16 u8_get(const uint4& v, int j) {
     const u32 w = j < 2 ? v.x : j < 4 ? v.y : j < 6 ? v.z : v.w;

@@ -176,6 +176,14 @@ pub trait Backend: Send {
         self.kv_store(a.kv, a.layer, a.k, a.v, batch)
     }
 
+    /// The attention block's front: q, k, v of `a.input` ([`Backend::linear_group`], after
+    /// [`Backend::add_rms_norm`] for [`QkvInput::AddNorm`]), then [`Backend::rope_kv_store`] of
+    /// them. Bit for bit those ops (the default, [`qkv_rope_kv_store_unfused`]); a GPU may rope
+    /// and write the KV rows in the products' epilogue.
+    fn qkv_rope_kv_store(&self, a: QkvRopeArgs<'_, Self>) -> Result<()> {
+        qkv_rope_kv_store_unfused(self, a)
+    }
+
     /// Logits of the batch's `logit_rows`: `out[i] = x[logit_rows[i]] @ w^T` rounded to bf16,
     /// held in an f32 tensor of `(logit_rows.len(), vocab)`.
     fn logits(
@@ -280,6 +288,63 @@ pub struct KernelInfo {
     pub max_threads: u32,
     /// `Err(why)` when registers, shared memory or launch bounds exceed the device's limits.
     pub limits: std::result::Result<(), String>,
+}
+
+/// The products' input of [`Backend::qkv_rope_kv_store`].
+pub enum QkvInput<'a, B: Backend + ?Sized> {
+    /// Rows already normed.
+    Normed(&'a B::Tensor),
+    /// The residual add and norm that make them ([`Backend::add_norm_linear_group`]).
+    AddNorm(AddNormArgs<'a, B>),
+}
+
+impl<B: Backend + ?Sized> QkvInput<'_, B> {
+    /// The products of these rows: [`Backend::linear_group`], after the norm for `AddNorm`
+    /// ([`Backend::add_norm_linear_group`]).
+    pub fn products(self, be: &B, parts: &mut [LinearPart<'_, B>]) -> Result<()> {
+        match self {
+            QkvInput::Normed(x) => be.linear_group(x, parts),
+            QkvInput::AddNorm(n) => be.add_norm_linear_group(n, parts),
+        }
+    }
+}
+
+/// Arguments of [`Backend::qkv_rope_kv_store`]: the products, then [`RopeKvArgs`]' fields
+/// (q, k and v are the parts' outputs).
+pub struct QkvRopeArgs<'a, B: Backend + ?Sized> {
+    pub input: QkvInput<'a, B>,
+    /// q, k, v in that order.
+    pub parts: [LinearPart<'a, B>; 3],
+    pub kv: &'a mut B::Kv,
+    pub layer: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub style: tf_checkpoint::spec::RopeStyle,
+    pub table: &'a B::Weight,
+    pub batch: &'a B::Batch,
+}
+
+/// [`Backend::qkv_rope_kv_store`] as the ops it stands for (the definition of its bits).
+pub fn qkv_rope_kv_store_unfused<B: Backend + ?Sized>(be: &B, a: QkvRopeArgs<'_, B>) -> Result<()> {
+    let QkvRopeArgs { input, mut parts, kv, layer, heads, kv_heads, head_dim, style, table, batch } =
+        a;
+    input.products(be, &mut parts)?;
+    let [q, k, v] = parts;
+    let (q, k, v) = (q.out, k.out, &*v.out);
+    be.rope_kv_store(RopeKvArgs {
+        q,
+        k,
+        v,
+        kv,
+        layer,
+        heads,
+        kv_heads,
+        head_dim,
+        style,
+        table,
+        batch,
+    })
 }
 
 /// Arguments of [`Backend::rms_norm`].

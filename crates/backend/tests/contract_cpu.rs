@@ -57,10 +57,10 @@ fn smollm2_contract_passes_with_every_control_red() {
     let be = CpuBackend::new().expect("cpu backend");
     let (s, lines) = run(&be, SMOLLM2, None);
     println!("smollm2 contract on {}: {:.1} s", be.name(), t0.elapsed().as_secs_f64());
-    // 30 units, attention counting twice (kv_store and attention): 31 kernels, 62 controls.
+    // 32 units, attention counting twice (kv_store and attention): 33 kernels, 66 controls.
     assert_eq!(
         s.line(),
-        "SUMMARY 31 kernels: 31 pass gates 1-4, 0 fail; 62 controls: 62 red as planted, 0 missed"
+        "SUMMARY 33 kernels: 33 pass gates 1-4, 0 fail; 66 controls: 66 red as planted, 0 missed"
     );
     assert!(s.ok());
     assert_eq!(lines.last(), Some(&s.line()));
@@ -290,22 +290,22 @@ fn bad_kernels_fail_gates_1_and_4_of_the_units_they_serve() {
     assert!(has("norm", "gate 1", "FAIL") && has("norm", "gate 4", "PASS"), "{lines:#?}");
     assert!(has("elementwise", "gate 4", "FAIL") && has("elementwise", "gate 1", "PASS"));
     assert!(has("sampler", "unclaimed", "FAIL") && has("linear", "gate 1", "PASS"));
-    // 3 norm units, swiglu, add and the 8 fused units (they claim norm and elementwise)
-    // fail; so does the unclaimed sampler. 31 + 1 kernels.
-    assert_eq!((s.kernels, s.fail, s.missed), (32, 14, 0), "{}", s.line());
+    // 3 norm units, swiglu, add and the 10 fused units (they claim norm and elementwise)
+    // fail; so does the unclaimed sampler. 33 + 1 kernels.
+    assert_eq!((s.kernels, s.fail, s.missed), (34, 16, 0), "{}", s.line());
 }
 
 #[test]
 fn the_fused_units_see_a_faulty_linear_through_the_default_composition() {
     // The CPU runs the trait's default fused ops, so a broken `linear` breaks q/k/v (with and
-    // without bias), gate/up+swiglu and both norm-fused products; add_rms_norm and
-    // rope+kv_store (two styles) have no product and pass.
+    // without bias), gate/up+swiglu, both norm-fused products and both q/k/v + rope + kv
+    // units; add_rms_norm and rope+kv_store (two styles) have no product and pass.
     let (s, lines) = run(&Faulty::new(Fault::RowDependent), TINY, Some(Family::Fused));
-    assert_eq!(count(&lines, "fused", "gate 3", "FAIL"), 5, "{lines:#?}");
-    assert_eq!((s.kernels, s.pass, s.fail, s.missed), (8, 3, 5, 0), "{}", s.line());
+    assert_eq!(count(&lines, "fused", "gate 3", "FAIL"), 7, "{lines:#?}");
+    assert_eq!((s.kernels, s.pass, s.fail, s.missed), (10, 3, 7, 0), "{}", s.line());
     let (s, lines) = run(&Faulty::new(Fault::OnePercentOff), TINY, Some(Family::Fused));
-    assert_eq!(count(&lines, "fused", "gate 2", "FAIL"), 5, "{lines:#?}");
-    assert_eq!((s.pass, s.fail), (3, 5), "{}", s.line());
+    assert_eq!(count(&lines, "fused", "gate 2", "FAIL"), 7, "{lines:#?}");
+    assert_eq!((s.pass, s.fail), (3, 7), "{}", s.line());
 }
 
 #[test]

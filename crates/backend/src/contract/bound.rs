@@ -50,6 +50,13 @@ pub fn rope(v: f64, a: f64, b: f64) -> f64 {
     round_bf16(v, (U_BF16 + 2.0 * U) * (1.0 + U_BF16) * (a.abs() + b.abs()))
 }
 
+/// rope of inputs known to within `e_in` each way (a product's bound, carried through the
+/// rotation: `e_in = |c| E1 + |s| E2`), `abs_terms` bounding |a| + |b| of the inputs as computed
+/// (`(|x1| + E1) |c| + (|x2| + E2) |s|`); v the exact value.
+pub fn rope_of(v: f64, abs_terms: f64, e_in: f64) -> f64 {
+    round_bf16(v, (U_BF16 + 2.0 * U) * (1.0 + U_BF16) * abs_terms + e_in)
+}
+
 /// `bf16(bf16(silu(g)) * up)`, `v` the exact product.
 pub fn swiglu(v: f64) -> f64 {
     let eps_s = EPS_EXP + 4.0 * U;

@@ -18,6 +18,7 @@
 
 use super::data::{read, Bf16Mat, Rng, Scratch, BLOCK_SIZE};
 use super::fused_norm::NormProducts;
+use super::fused_rope::QkvRopeCase;
 use super::geometry::{Geometry, Unit};
 use super::ops::{offset, rope_table, Io};
 use super::reference::{self, Expect};
@@ -60,6 +61,9 @@ pub fn build<'b, B: Backend + 'b>(
         Unit::RopeKv { style } => Box::new(RopeKvCase::new(be, g, s, rng, io, style)?),
         Unit::AddNormGroup => Box::new(NormProducts::new(be, g, s, rng, io, false)?),
         Unit::AddNormSwiglu => Box::new(NormProducts::new(be, g, s, rng, io, true)?),
+        Unit::QkvRope { norm, style } => {
+            Box::new(QkvRopeCase::new(be, g, s, rng, io, (norm, style))?)
+        }
         _ => return Err(ContractError::Setup(format!("{unit:?} is not a fused unit"))),
     })
 }
@@ -281,6 +285,51 @@ impl<B: Backend> RowCase<B> for Products<B> {
     }
 }
 
+/// Rows `ids` at their positions, row i its own sequence, every block of which is block
+/// `ids[i]` (so each row's slot is its own in every call).
+pub(super) fn own_blocks(ids: &[u32], positions: &[u32]) -> BatchMeta {
+    let n = ids.len() as u32;
+    let positions: Vec<u32> = ids.iter().map(|&i| positions[i as usize]).collect();
+    let seqs = ids
+        .iter()
+        .zip(&positions)
+        .map(|(&id, &p)| SeqMeta { block_table: vec![id; p as usize / BLOCK_SIZE + 1] })
+        .collect();
+    BatchMeta {
+        tokens: ids.to_vec(),
+        positions,
+        row_seq: (0..n).collect(),
+        seqs,
+        logit_rows: (0..n).collect(),
+        block_size: BLOCK_SIZE,
+    }
+}
+
+/// The k and v rows (`kvw` wide) that layer 0 of `kv` holds at each row's slot (`own_blocks`).
+pub(super) fn pool_rows<B: Backend>(
+    be: &B,
+    kv: &B::Kv,
+    kvw: usize,
+    ids: &[u32],
+    positions: &[u32],
+) -> Result<(Vec<f32>, Vec<f32>), ContractError> {
+    let (mut kp, mut vp) = (Vec::with_capacity(ids.len() * kvw), Vec::new());
+    for (&id, &p) in ids.iter().zip(positions) {
+        let len = p as usize % BLOCK_SIZE + 1;
+        let (ks, vs) = be.read_kv(kv, 0, &[id], len)?;
+        if ks.len() != len * kvw || vs.len() != len * kvw {
+            return Err(ContractError::Setup(format!(
+                "read_kv of {len} positions returned {} and {} values",
+                ks.len(),
+                vs.len()
+            )));
+        }
+        kp.extend_from_slice(&ks[(len - 1) * kvw..]);
+        vp.extend_from_slice(&vs[(len - 1) * kvw..]);
+    }
+    Ok((kp, vp))
+}
+
 /// `rope_kv_store` of q, k, v rows at their positions into a pool of one layer.
 struct RopeKvCase<B: Backend> {
     io: Io<B>,
@@ -317,25 +366,6 @@ impl<B: Backend> RopeKvCase<B> {
         let kv = be.alloc_kv(&geom)?;
         Ok(RopeKvCase { io, table, td, kv, geom, heads: g.heads, style })
     }
-
-    /// Row i is sequence i, every block of which is block `ids[i]`.
-    fn batch(&self, ids: &[u32]) -> BatchMeta {
-        let n = ids.len() as u32;
-        let positions: Vec<u32> = ids.iter().map(|&i| self.io.positions[i as usize]).collect();
-        let seqs = ids
-            .iter()
-            .zip(&positions)
-            .map(|(&id, &p)| SeqMeta { block_table: vec![id; p as usize / BLOCK_SIZE + 1] })
-            .collect();
-        BatchMeta {
-            tokens: ids.to_vec(),
-            positions,
-            row_seq: (0..n).collect(),
-            seqs,
-            logit_rows: (0..n).collect(),
-            block_size: BLOCK_SIZE,
-        }
-    }
 }
 
 impl<B: Backend> RowCase<B> for RopeKvCase<B> {
@@ -345,7 +375,7 @@ impl<B: Backend> RowCase<B> for RopeKvCase<B> {
     }
     fn run(&mut self, be: &B, ids: &[u32]) -> Result<Vec<f32>, ContractError> {
         self.io.place(be, ids)?;
-        let meta = self.batch(ids);
+        let meta = own_blocks(ids, &self.io.positions);
         let batch = be.prepare_batch(&meta)?;
         let (hd, kvh) = (self.geom.head_dim, self.geom.kv_heads);
         let [q, k, v] = &mut self.io.bufs[..] else {
@@ -367,20 +397,7 @@ impl<B: Backend> RowCase<B> for RopeKvCase<B> {
         let (n, kvw) = (ids.len(), kvh * hd);
         let qr = read(be, &self.io.bufs[0], (n, self.heads * hd), "rope_kv q")?;
         let kr = read(be, &self.io.bufs[1], (n, kvw), "rope_kv k")?;
-        let (mut kp, mut vp) = (Vec::with_capacity(n * kvw), Vec::with_capacity(n * kvw));
-        for (&id, &p) in ids.iter().zip(&meta.positions) {
-            let len = p as usize % BLOCK_SIZE + 1;
-            let (ks, vs) = be.read_kv(&self.kv, 0, &[id], len)?;
-            if ks.len() != len * kvw || vs.len() != len * kvw {
-                return Err(ContractError::Setup(format!(
-                    "read_kv of {len} positions returned {} and {} values",
-                    ks.len(),
-                    vs.len()
-                )));
-            }
-            kp.extend_from_slice(&ks[(len - 1) * kvw..]);
-            vp.extend_from_slice(&vs[(len - 1) * kvw..]);
-        }
+        let (kp, vp) = pool_rows(be, &self.kv, kvw, ids, &meta.positions)?;
         Ok(join(n, &[qr, kr, kp, vp]))
     }
     fn reference(&self, ids: &[u32]) -> Expect {

@@ -31,6 +31,27 @@ pub struct NormProducts<B: Backend> {
     kept: Vec<Vec<f32>>,
 }
 
+/// A norm weight: its values and its device copy.
+pub(super) type NormWeight<B> = (TensorView, <B as Backend>::Weight);
+
+/// The residual (acc) and block output (x) input tables of a norm-fused case, rows at scales
+/// 2^-4 .. 2^4, and its norm weight.
+pub(super) fn norm_inputs<B: Backend>(
+    be: &B,
+    g: &Geometry,
+    s: &Scratch,
+    rng: &mut Rng,
+    io: Io<B>,
+) -> Result<(Io<B>, NormWeight<B>), ContractError> {
+    let h = g.hidden;
+    let scale = |r: usize| 2f32.powi(r as i32 % 9 - 4);
+    let io = io.with(be, s, rng, ("acc", h), |r, _, z| 4.0 * z * scale(r))?;
+    let io = io.with(be, s, rng, ("x", h), |r, _, z| z * scale(r) + offset(r))?;
+    let nv = s.bf16("norm.weight", &[h], |_| 1.0 + 0.25 * rng.normalish())?;
+    let nd = be.load_weight(&nv)?;
+    Ok((io, (nv, nd)))
+}
+
 impl<B: Backend> NormProducts<B> {
     pub fn new(
         be: &B,
@@ -41,11 +62,7 @@ impl<B: Backend> NormProducts<B> {
         swiglu: bool,
     ) -> Result<Self, ContractError> {
         let h = g.hidden;
-        let scale = |r: usize| 2f32.powi(r as i32 % 9 - 4);
-        let io = io.with(be, s, rng, ("acc", h), |r, _, z| 4.0 * z * scale(r))?;
-        let io = io.with(be, s, rng, ("x", h), |r, _, z| z * scale(r) + offset(r))?;
-        let nv = s.bf16("norm.weight", &[h], |_| 1.0 + 0.25 * rng.normalish())?;
-        let norm = (nv.clone(), be.load_weight(&nv)?);
+        let (io, norm) = norm_inputs(be, g, s, rng, io)?;
         let ns = match swiglu {
             true => vec![g.intermediate, g.intermediate],
             false => vec![g.heads * g.head_dim, g.kv_heads * g.head_dim, g.kv_heads * g.head_dim],

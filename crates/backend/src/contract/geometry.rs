@@ -179,6 +179,12 @@ pub(crate) enum Unit {
     AddNormGroup,
     /// `add_norm_linear_swiglu`: outputs (acc, normed, gate, up, act).
     AddNormSwiglu,
+    /// `qkv_rope_kv_store` (after the add + norm when `norm`): outputs ((acc, normed,) q, k
+    /// rotated, v; k, v read back from the pool).
+    QkvRope {
+        norm: bool,
+        style: RopeStyle,
+    },
 }
 
 impl Unit {
@@ -198,7 +204,8 @@ impl Unit {
             | Unit::LinearSwiglu
             | Unit::RopeKv { .. }
             | Unit::AddNormGroup
-            | Unit::AddNormSwiglu => Family::Fused,
+            | Unit::AddNormSwiglu
+            | Unit::QkvRope { .. } => Family::Fused,
         }
     }
 }
@@ -232,6 +239,8 @@ pub(crate) fn units(g: &Geometry) -> Vec<Unit> {
         Unit::RopeKv { style: RopeStyle::Interleaved },
         Unit::AddNormGroup,
         Unit::AddNormSwiglu,
+        Unit::QkvRope { norm: true, style: RopeStyle::Neox },
+        Unit::QkvRope { norm: false, style: RopeStyle::Interleaved },
     ]);
     out
 }
@@ -279,8 +288,9 @@ mod tests {
         );
         // 5 shapes, 4 of them with a bias variant, 3 norms, 4 ropes, embed, attention,
         // swiglu, add, logits, argmax; the fused add_rms_norm, q/k/v (with and without bias)
-        // gate/up+swiglu, rope+kv_store (both styles) and the two norm-fused products.
-        assert_eq!(units(&SMOLLM2).len(), 9 + 3 + 4 + 6 + 8);
+        // gate/up+swiglu, rope+kv_store (both styles), the two norm-fused products and
+        // q/k/v + rope + kv_store (with the norm, Neox; without, interleaved).
+        assert_eq!(units(&SMOLLM2).len(), 9 + 3 + 4 + 6 + 10);
         assert_eq!(linear_shapes(&LLAMA3_8B)[0], ("q,o".into(), 4096, 4096));
     }
 

@@ -12,8 +12,9 @@
 //! decode ops (`fused.rs`: add_rms_norm, q/k/v as one `linear_group` with and without bias,
 //! gate/up `linear_swiglu`, `rope_kv_store` in both styles; `fused_norm.rs`:
 //! `add_norm_linear_group` and `add_norm_linear_swiglu`, whose decode-sized calls a GPU runs
-//! with the norm in the products' prologue), each judged on every value its unfused
-//! composition writes.
+//! with the norm in the products' prologue; `fused_rope.rs`: `qkv_rope_kv_store` with and
+//! without the norm, rope and the KV write in the products' epilogue on a GPU), each judged
+//! on every value its unfused composition writes.
 //! On the CPU the SUMMARY's "kernels" are these units; on CUDA also every
 //! [`Backend::kernels`] entry that no unit claims (a failure: nothing drives it).
 //!
@@ -97,6 +98,7 @@ mod compare;
 mod data;
 mod fused;
 mod fused_norm;
+mod fused_rope;
 mod geometry;
 mod ops;
 pub mod reference;

@@ -87,6 +87,7 @@ pub fn build<'b, B: Backend + 'b>(
         | Unit::LinearSwiglu
         | Unit::RopeKv { .. }
         | Unit::AddNormGroup
+        | Unit::QkvRope { .. }
         | Unit::AddNormSwiglu => return super::fused::build(be, g, unit, s, rng, io),
         Unit::Attention => {
             return Err(ContractError::Setup("attention is not a row-wise unit".into()))

@@ -101,6 +101,35 @@ pub fn rope(x: &[f64], cos: &[f64], sin: &[f64], head_dim: usize, style: RopeSty
     Expect { value, bound: bnd }
 }
 
+/// rope of values known only to within their bounds (`x`: a product's expectation, one row),
+/// the bound carried through the rotation (`bound::rope_of`).
+pub fn rope_of(x: &Expect, cos: &[f64], sin: &[f64], head_dim: usize, style: RopeStyle) -> Expect {
+    let half = head_dim / 2;
+    let n = x.value.len();
+    let (mut value, mut bnd) = (vec![0.0; n], vec![0.0; n]);
+    for base in (0..n).step_by(head_dim) {
+        for i in 0..half {
+            let (i1, i2) = match style {
+                RopeStyle::Neox => (base + i, base + half + i),
+                RopeStyle::Interleaved => (base + 2 * i, base + 2 * i + 1),
+            };
+            let (x1, x2, e1, e2) = (x.value[i1], x.value[i2], x.bound[i1], x.bound[i2]);
+            let (c, s) = (cos[i].abs(), sin[i].abs());
+            // y1 = x1 c - x2 s, y2 = x2 c + x1 s: (output, value, |c|-side, |s|-side).
+            let ys = [
+                (i1, x1 * cos[i] - x2 * sin[i], (x1, e1), (x2, e2)),
+                (i2, x2 * cos[i] + x1 * sin[i], (x2, e2), (x1, e1)),
+            ];
+            for (at, v, (xc, ec), (xs, es)) in ys {
+                value[at] = v;
+                let terms = (xc.abs() + ec) * c + (xs.abs() + es) * s;
+                bnd[at] = bound::rope_of(v, terms, c * ec + s * es);
+            }
+        }
+    }
+    Expect { value, bound: bnd }
+}
+
 /// `silu(g) * u` element-wise.
 pub fn swiglu(g: &[f64], u: &[f64]) -> Expect {
     Expect::from_pairs(g.iter().zip(u).map(|(g, u)| {

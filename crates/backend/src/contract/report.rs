@@ -95,6 +95,10 @@ fn label(unit: &Unit) -> String {
         Unit::LinearSwiglu => "gate,up + swiglu".into(),
         Unit::RopeKv { style } => format!("rope q,k + kv_store {style:?}"),
         Unit::AddNormGroup => "add + rms_norm + q,k,v".into(),
+        Unit::QkvRope { norm: true, style } => {
+            format!("add + rms_norm + q,k,v + rope {style:?} + kv")
+        }
+        Unit::QkvRope { norm: false, style } => format!("q,k,v + rope {style:?} + kv_store"),
         Unit::AddNormSwiglu => "add + rms_norm + gate,up + swiglu".into(),
         _ => String::new(),
     }

@@ -59,7 +59,7 @@ fn fuse_mode() -> Fuse {
 
 /// Whether the norm can run in the prologue of a product over the rows of `n.acc` (`swiglu`:
 /// the gate/up product).
-fn fusable(be: &CudaBackend, n: &AddNormArgs<'_, CudaBackend>, swiglu: bool) -> bool {
+pub(crate) fn fusable(be: &CudaBackend, n: &AddNormArgs<'_, CudaBackend>, swiglu: bool) -> bool {
     let off = match fuse_mode() {
         Fuse::None => true,
         Fuse::Qkv => swiglu,
@@ -96,15 +96,17 @@ fn norm_args(be: &CudaBackend, n: &AddNormArgs<'_, CudaBackend>, args: &mut Vec<
     ]);
 }
 
-/// Launches `name` with the product's and the norm's arguments: persistent CTAs (as many as
-/// the GPU holds at once, at most one a tile) over one token tile.
-fn launch(
+/// Launches `name` with the product's and the norm's arguments, then `extra`'s: persistent CTAs
+/// (as many as the GPU holds at once, at most one a tile) over one token tile.
+pub(crate) fn launch(
     be: &CudaBackend,
     name: &'static str,
     mut l: GroupLaunch,
     n: &AddNormArgs<'_, CudaBackend>,
+    extra: &[KArg],
 ) -> Result<()> {
     norm_args(be, n, &mut l.args);
+    l.args.extend_from_slice(extra);
     let (rows, k) = (n.acc.rows as u32, n.acc.cols as u32);
     let smem = 4 * k + 4 * rows * k + l.part_smem;
     let ctas = be.persistent_ctas(name, l.threads, smem)?;
@@ -134,7 +136,7 @@ pub(crate) fn add_norm_linear_group(
         super::fused::add_rms_norm(be, AddNormArgs { acc, x, weight, eps, group, out: &mut *out })?;
         return linear_group(be, out, parts);
     };
-    launch(be, "linear_bf16_group_norm", l, &n)?;
+    launch(be, "linear_bf16_group_norm", l, &n, &[])?;
     for p in parts.iter_mut() {
         p.out.rows = n.acc.rows;
     }
@@ -164,7 +166,7 @@ pub(crate) fn add_norm_linear_swiglu(
         super::fused::add_rms_norm(be, norm)?;
         return linear_swiglu(be, SwigluArgs { x: normed, gate_w, up_w, gate, up, out });
     };
-    launch(be, "linear_bf16_swiglu_norm", l, &n)?;
+    launch(be, "linear_bf16_swiglu_norm", l, &n, &[])?;
     for t in [gate, up, out] {
         t.rows = rows;
     }

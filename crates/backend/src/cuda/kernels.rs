@@ -226,6 +226,18 @@ pub(crate) const ENTRIES: &[Entry] = &[
         threads: 32 * LINEAR_GROUP_WARPS,
         dyn_smem: super::fused_norm::NORM_SMEM_MAX,
     },
+    Entry {
+        name: "linear_bf16_qkv_rope",
+        family: "linear",
+        threads: 32 * LINEAR_GROUP_WARPS,
+        dyn_smem: LINEAR_MAX_SLICES * 32 * 4 * 4,
+    },
+    Entry {
+        name: "linear_bf16_qkv_rope_norm",
+        family: "linear",
+        threads: 32 * LINEAR_GROUP_WARPS,
+        dyn_smem: super::fused_norm::NORM_SMEM_MAX,
+    },
     tiled_entry(LINEAR_TILED),
     tiled_entry(LINEAR_TILED_R),
     super::wgmma::wg_entry(super::wgmma::WG_SHAPES[0]),

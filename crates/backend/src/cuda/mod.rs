@@ -17,6 +17,7 @@ mod attention;
 pub mod compile;
 mod fused;
 mod fused_norm;
+mod fused_rope;
 mod gemm;
 mod graph;
 mod kernels;
@@ -41,8 +42,8 @@ pub use tensor::{CudaBatch, CudaKv, CudaTensor, CudaWeight, KvLayout, WeightKind
 use crate::batch::{BatchMeta, KvGeometry};
 use crate::error::{BackendError, Result};
 use crate::{
-    ActDType, AddNormArgs, AttnArgs, Backend, KernelInfo, LinearPart, NormArgs, RopeArgs,
-    RopeKvArgs, SwigluArgs,
+    ActDType, AddNormArgs, AttnArgs, Backend, KernelInfo, LinearPart, NormArgs, QkvRopeArgs,
+    RopeArgs, RopeKvArgs, SwigluArgs,
 };
 
 /// Construction options.
@@ -106,6 +107,8 @@ pub struct CudaBackend {
     /// on the stream in between (a new batch's metadata) is no kernel: the next launch starts
     /// after it completes, so an entry it leaves allows only copies of finished rows.
     pub(crate) kv_written: Mutex<Option<KvWrite>>,
+    /// Kernel launches issued so far (`launches`).
+    launches: std::sync::atomic::AtomicU64,
     /// The fused norm products' count of CTAs that have read the residual (`linear_norm.cu`:
     /// the last one writes it back and resets the count to zero for the next launch).
     pub(crate) norm_counter: CudaSlice<u32>,
@@ -193,6 +196,7 @@ impl CudaBackend {
             pdl_step: std::sync::atomic::AtomicBool::new(true),
             sms,
             kv_written: Mutex::new(None),
+            launches: Default::default(),
             norm_counter,
             resident: Mutex::new(Vec::new()),
             staging: Mutex::new(None),
@@ -319,8 +323,14 @@ impl CudaBackend {
         Ok(per_sm * self.sms as u32)
     }
 
+    /// Kernel launches issued so far, run or recorded into a graph (tests count a fused op's).
+    pub fn launches(&self) -> u64 {
+        self.launches.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub(crate) fn launch(&self, name: &str, cfg: LaunchConfig, args: &[KArg]) -> Result<()> {
         *self.kv_written.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.launches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let f = self.reg.get(name)?;
         {
             let mut g = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
@@ -526,6 +536,10 @@ impl Backend for CudaBackend {
 
     fn rope_kv_store(&self, a: RopeKvArgs<'_, Self>) -> Result<()> {
         fused::rope_kv_store(self, a)
+    }
+
+    fn qkv_rope_kv_store(&self, a: QkvRopeArgs<'_, Self>) -> Result<()> {
+        fused_rope::qkv_rope_kv_store(self, a)
     }
 
     fn logits(

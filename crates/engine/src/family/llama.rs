@@ -12,7 +12,7 @@
 
 use tf_backend::{
     ActDType, AddNormArgs, AttnArgs, Backend, BatchMeta, KvGeometry, LinearPart, NormArgs,
-    RopeKvArgs,
+    QkvInput, QkvRopeArgs, RopeKvArgs,
 };
 use tf_checkpoint::{Checkpoint, DType, ModelSpec, TensorFormat, TensorView};
 
@@ -199,15 +199,18 @@ impl<B: Backend> Llama<B> {
             LinearPart { w: &at.k_proj, bias: at.k_bias.as_ref(), out: &mut sc.k },
             LinearPart { w: &at.v_proj, bias: at.v_bias.as_ref(), out: &mut sc.v },
         ];
-        if li > 0 {
+        let input = if li > 0 {
             let (acc, x, out) = (&mut sc.hidden, &sc.proj, &mut sc.normed);
             let (weight, group) = (&layer.input_layernorm, s.hidden_size);
-            be.add_norm_linear_group(AddNormArgs { acc, x, weight, eps, group, out }, &mut parts)?;
+            QkvInput::AddNorm(AddNormArgs { acc, x, weight, eps, group, out })
         } else {
-            be.linear_group(&sc.normed, &mut parts)?;
-        }
-        let (q, k) = match (&at.q_norm, &at.k_norm) {
+            QkvInput::Normed(&sc.normed)
+        };
+        let (hd, style, table) = (s.head_dim, s.rope.style, &self.rope_table);
+        let (heads, kv_heads) = (s.num_attention_heads, s.num_key_value_heads);
+        let q = match (&at.q_norm, &at.k_norm) {
             (Some(qn), Some(kn)) => {
+                input.products(be, &mut parts)?;
                 let g = s.head_dim;
                 be.rms_norm(NormArgs {
                     x: &sc.q,
@@ -223,25 +226,38 @@ impl<B: Backend> Llama<B> {
                     group: g,
                     out: &mut sc.k_normed,
                 })?;
-                (&mut sc.q_normed, &mut sc.k_normed)
+                be.rope_kv_store(RopeKvArgs {
+                    q: &mut sc.q_normed,
+                    k: &mut sc.k_normed,
+                    v: &sc.v,
+                    kv: &mut *kv,
+                    layer: li,
+                    heads,
+                    kv_heads,
+                    head_dim: hd,
+                    style,
+                    table,
+                    batch,
+                })?;
+                &sc.q_normed
             }
-            _ => (&mut sc.q, &mut sc.k),
+            // q, k, v, their rope and the KV write: one launch where the backend can.
+            _ => {
+                be.qkv_rope_kv_store(QkvRopeArgs {
+                    input,
+                    parts,
+                    kv: &mut *kv,
+                    layer: li,
+                    heads,
+                    kv_heads,
+                    head_dim: hd,
+                    style,
+                    table,
+                    batch,
+                })?;
+                &sc.q
+            }
         };
-        let (hd, style, table) = (s.head_dim, s.rope.style, &self.rope_table);
-        let (heads, kv_heads) = (s.num_attention_heads, s.num_key_value_heads);
-        be.rope_kv_store(RopeKvArgs {
-            q: &mut *q,
-            k,
-            v: &sc.v,
-            kv: &mut *kv,
-            layer: li,
-            heads,
-            kv_heads,
-            head_dim: hd,
-            style,
-            table,
-            batch,
-        })?;
         be.attention(AttnArgs {
             q,
             kv,

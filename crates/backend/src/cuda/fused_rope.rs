@@ -1,0 +1,120 @@
+//! q, k and v with rope and the KV write in their epilogue (`kernels/linear_rope.cu`):
+//! `qkv_rope_kv_store` in one launch (`linear_bf16_qkv_rope`, or `linear_bf16_qkv_rope_norm`
+//! with the add + RMSNorm prologue of `linear_bf16_group_norm`) instead of the grouped product
+//! and `rope_kv_store`. Each product element is the grouped product's (its weight's K split,
+//! the same slice chains and combine), each pair rotated by rope_kv_store's formula on those
+//! bf16 values, and the pool slots written as it writes them, so q, k, v and the pool hold
+//! the two launches' bits (`tests/cuda_fused_rope.rs` compares them). Decode-sized calls only
+//! (at most `LINEAR_DECODE_ROWS` rows, bf16, head_dim a multiple of 16, q/k/v shaped as the
+//! pool's heads, and for the norm entry the norm fusion's own conditions); anything else runs
+//! the ops it stands for, the same bits. `TENSORFOLD_ROPE_FUSE=0` always runs them (an A/B
+//! switch of one binary).
+//!
+//! Why: the decode step's `rope_kv_store` cost ~86 us a llama3-8b step on the H200 (session
+//! 26's marginals at position 300, ~2.7 us a layer: a launch between the q/k/v product and the
+//! attention on the step's critical path). Not yet measured on a GPU (built in session 27,
+//! which had no device); the next GPU session runs the bitwise test and the A/B.
+
+use super::fused::group_launch;
+use super::fused_norm::{self, fusable};
+use super::kernels::LINEAR_DECODE_ROWS;
+use super::ops::{self, to_u32};
+use super::tensor::dptr;
+use super::{CudaBackend, KArg, KvWrite};
+use crate::error::Result;
+use crate::{qkv_rope_kv_store_unfused, ActDType, QkvInput, QkvRopeArgs, RopeArgs};
+use tf_checkpoint::spec::RopeStyle;
+
+/// Whether the fused entries may run (`TENSORFOLD_ROPE_FUSE=0`: never; speed only).
+fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TENSORFOLD_ROPE_FUSE").map_or(true, |v| v != "0"))
+}
+
+/// Whether a call's shapes suit the fused entries (the products' own conditions are
+/// `group_launch`'s and, for the norm entry, `fusable`'s).
+fn suits(be: &CudaBackend, a: &QkvRopeArgs<'_, CudaBackend>) -> bool {
+    let (hd, rows, g) = (a.head_dim, a.batch.rows(), a.kv.geom);
+    let input_rows = match &a.input {
+        QkvInput::Normed(x) => x.rows,
+        QkvInput::AddNorm(n) => n.acc.rows,
+    };
+    let [q, k, v] = &a.parts;
+    enabled()
+        && (1..=LINEAR_DECODE_ROWS).contains(&rows)
+        && input_rows == rows
+        && hd > 0
+        && hd.is_multiple_of(16)
+        && g.head_dim == hd
+        && g.kv_heads == a.kv_heads
+        && q.w.n == a.heads * hd
+        && k.w.n == a.kv_heads * hd
+        && v.w.n == a.kv_heads * hd
+        && a.parts.iter().all(|p| p.out.dtype == ActDType::Bf16)
+        && match &a.input {
+            QkvInput::Normed(_) => true,
+            QkvInput::AddNorm(n) => fusable(be, n, false),
+        }
+}
+
+pub(crate) fn qkv_rope_kv_store(
+    be: &CudaBackend,
+    mut a: QkvRopeArgs<'_, CudaBackend>,
+) -> Result<()> {
+    if !suits(be, &a) {
+        return qkv_rope_kv_store_unfused(be, a);
+    }
+    let rows = a.batch.rows();
+    let x = match &mut a.input {
+        QkvInput::Normed(x) => *x,
+        QkvInput::AddNorm(n) => {
+            n.weight.check_vector("qkv_rope_kv_store", n.group)?;
+            n.out.rows = rows;
+            &*n.out
+        }
+    };
+    let Some(l) = group_launch(be, x, &a.parts, 1)? else {
+        return qkv_rope_kv_store_unfused(be, a);
+    };
+    // The checks rope_kv_store makes (the outputs hold the call's rows once it runs).
+    for p in a.parts.iter_mut() {
+        p.out.rows = rows;
+    }
+    let (hd, style, table, batch) = (a.head_dim, a.style, a.table, a.batch);
+    let [q, k, _] = &mut a.parts;
+    ops::check_rope(&RopeArgs { x: q.out, heads: a.heads, head_dim: hd, style, table, batch })?;
+    ops::check_rope(&RopeArgs { x: k.out, heads: a.kv_heads, head_dim: hd, style, table, batch })?;
+    a.kv.check_batch("qkv_rope_kv_store", a.layer, batch)?;
+    let (bstride, loff) = a.kv.region("qkv_rope_kv_store", a.layer)?;
+    let s = &be.stream;
+    let (pos, pool) = (batch.ptr(s, batch.at.positions), dptr(&a.kv.buf, s));
+    let rope: [KArg; 10] = [
+        dptr(&table.buf, s).into(),
+        pos.into(),
+        to_u32("qkv_rope_kv_store", "head_dim", hd)?.into(),
+        KArg::I32((style == RopeStyle::Interleaved) as i32),
+        pool.into(),
+        batch.ptr(s, batch.at.row_table).into(),
+        batch.ptr(s, batch.at.tables).into(),
+        bstride.into(),
+        loff.into(),
+        (a.kv.geom.block_size as u32).into(),
+    ];
+    match &a.input {
+        QkvInput::AddNorm(n) => fused_norm::launch(be, "linear_bf16_qkv_rope_norm", l, n, &rope)?,
+        QkvInput::Normed(_) => {
+            let name = "linear_bf16_qkv_rope";
+            let mut args = l.args;
+            args.extend(rope);
+            let ctas = be.persistent_ctas(name, l.threads, l.part_smem)?;
+            let cfg = cudarc::driver::LaunchConfig {
+                grid_dim: (l.grid_x.min(ctas), 1, 1),
+                block_dim: (l.threads, 1, 1),
+                shared_mem_bytes: l.part_smem,
+            };
+            be.launch(name, cfg, &args)?;
+        }
+    }
+    be.wrote_kv(KvWrite { pool, positions: pos, region: (bstride, loff) });
+    Ok(())
+}
