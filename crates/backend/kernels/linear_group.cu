@@ -64,27 +64,28 @@ __device__ __forceinline__ void group_body(GROUP_PARAMS, float* parts, u32 bx, P
     d.store<NT>(parts, t0, rows);
 }
 
-// Tiles blockIdx.x, + gridDim.x, ... of `tiles` (one token tile), each warp issuing its next
-// job's first weights (its next slice of the tile, else its first of the CTA's next tile) as
-// soon as a chain ends, so they are in flight through the tile's combine: the same jobs, chains
-// and combine as group_body, so the same bits (linear_swiglu_d8's scheme). `tile_of(t)`: tile
-// t (its slice count S and `slice(k, j)`); `store(d, parts, t0, rows)`: its combine.
-template <int U, bool SX, class P, class T, class St>
+// Tiles blockIdx.x, + gridDim.x, ... of `tiles` (NT token tiles from blockIdx.y * 8 NT), each
+// warp issuing its next job's first weights (its next slice of the tile, else its first of the
+// CTA's next tile) as soon as a chain ends, so they are in flight through the tile's combine:
+// the same jobs, chains and combine as group_body, so the same bits (linear_swiglu_d8's
+// scheme). `tile_of(t)`: tile t (its slice count S and `slice(k, j)`); `store(d, parts, t0,
+// rows)`: its combine.
+template <int NT, int U, bool SX, class P, class T, class St>
 __device__ __forceinline__ void tiles_chained(T tile_of, St store, u32 tiles,
                                               const bf16* __restrict__ x, u32 k, u32 rows,
                                               float* parts, P prologue) {
-    const u32 warp = threadIdx.x >> 5, W = blockDim.x >> 5, t0 = blockIdx.y * 8;
+    const u32 warp = threadIdx.x >> 5, W = blockDim.x >> 5, t0 = blockIdx.y * 8 * NT;
     u32 t = blockIdx.x, j = warp;
     auto d = tile_of(t);
     Slice s = d.slice(k, j < d.S ? j : 0);
     uint4 a[U], b[U];
     if (!product_start<U>(s, j < d.S, a, b, prologue) && j < d.S) issue_w<U>(s, s.k_begin, a, b);
-    const bf16* xr[1];
-    bool vx[1];
-    token_rows<1>(x, nullptr, k, rows, t0, (threadIdx.x & 31) >> 2, xr, vx);
+    const bf16* xr[NT];
+    bool vx[NT];
+    token_rows<NT>(x, nullptr, k, rows, t0, (threadIdx.x & 31) >> 2, xr, vx);
     while (t < tiles) {
         for (; j < d.S; j += W) {
-            slice_chain<1, U, SX>(s, a, b, xr, vx, t0, rows, parts, j);
+            slice_chain<NT, U, SX>(s, a, b, xr, vx, t0, rows, parts, j);
             if (j + W < d.S) {
                 s = d.slice(k, j + W);
                 issue_w<U>(s, s.k_begin, a, b);
@@ -110,8 +111,8 @@ template <int U, bool SX = false, class P = NoPrologue>
 __device__ __forceinline__ void group_chained(GROUP_PARAMS, float* parts, P prologue = P()) {
     auto tile_of = [&](u32 t) { return group_tile(GROUP_ARGS, t); };
     auto store = [](const GroupTile& d, const float* p, u32 t0, u32 r) { d.store<1>(p, t0, r); };
-    tiles_chained<U, SX>(tile_of, store, ctas0 + ctas1 + (n_2 + 15) / 16, x, k, rows, parts,
-                         prologue);
+    tiles_chained<1, U, SX>(tile_of, store, ctas0 + ctas1 + (n_2 + 15) / 16, x, k, rows, parts,
+                            prologue);
 }
 extern "C" __global__ void __launch_bounds__(256, TF_GROUP_MINB) linear_bf16_group(GROUP_PARAMS) {
     group_body<4, TF_NT_U>(GROUP_ARGS, dyn_floats(), blockIdx.x);

@@ -63,24 +63,26 @@ __device__ __forceinline__ u64 kv_slot(const u32* __restrict__ positions,
 }
 
 // A product element from its slices' partials, as store_linear forms a bf16 output.
+template <int NT>
 __device__ __forceinline__ bf16 qkv_value(const GroupTile& d, const float* parts, u32 e, u32 f) {
-    float total = slice_total<1>(parts, e, 0, d.S);
+    float total = slice_total<NT>(parts, e, 0, d.S);
     if (d.bias) total += d.bias[f];
     return f2bf(total);
 }
 
-// The combine of a tile (one token tile from t0): v's elements to v and the pool; q's and k's
+// The combine of a tile (NT token tiles from t0): v's elements to v and the pool; q's and k's
 // pairs rotated to q and k (k's also to the pool). kvh: the pool's kv heads.
+template <int NT>
 __device__ __forceinline__ void qkv_rope_store(const QkvTile& q, const float* parts, u32 t0,
                                                u32 rows, ROPE_PARAMS, u32 kvh) {
     const GroupTile& d = q.d;
     const u64 plane = (u64)kvh * bs * hd;
     if (q.kind == 2) {
-        for (u32 e = threadIdx.x; e < 128; e += blockDim.x) {
+        for (u32 e = threadIdx.x; e < NT * 128; e += blockDim.x) {
             u32 f, tok;
-            tile_elem<1>(e, d.n0, t0, &f, &tok);
+            tile_elem<NT>(e, d.n0, t0, &f, &tok);
             if (f >= d.n || tok >= rows) continue;
-            const bf16 v = qkv_value(d, parts, e, f);
+            const bf16 v = qkv_value<NT>(d, parts, e, f);
             d.out[(u64)tok * d.n + f] = v;
             const u64 at = kv_slot(positions, row_table, tables, tok, bstride, loff, bs, hd, plane);
             pool[at + plane + (u64)(f / hd) * bs * hd + f % hd] = f2bf(bf2f(v));
@@ -88,16 +90,16 @@ __device__ __forceinline__ void qkv_rope_store(const QkvTile& q, const float* pa
         return;
     }
     const u32 half = hd / 2;
-    // Pair p: lane p / 2's element i = p % 2 (row g, token 2c + i) and its element i + 2 (row
-    // g + 8, the same token).
-    for (u32 p = threadIdx.x; p < 64; p += blockDim.x) {
-        const u32 ea = (p >> 1) * 4 + (p & 1), g = p >> 3;
+    // Pair p of token tile t = p / 64: lane (p % 64) / 2's element i = p % 2 (row g, token
+    // 2c + i) and its element i + 2 (row g + 8, the same token).
+    for (u32 p = threadIdx.x; p < NT * 64; p += blockDim.x) {
+        const u32 pp = p % 64, ea = (p / 64) * 128 + (pp >> 1) * 4 + (pp & 1), g = pp >> 3;
         u32 f, tok;
-        tile_elem<1>(ea, 0, t0, &f, &tok);
+        tile_elem<NT>(ea, 0, t0, &f, &tok);
         if (tok >= rows) continue;
         const u32 fa = qkv_feature(q.kind, d.n0, g, hd, interleaved);
         const u32 fb = qkv_feature(q.kind, d.n0, g + 8, hd, interleaved);
-        const bf16 xa = qkv_value(d, parts, ea, fa), xb = qkv_value(d, parts, ea + 2, fb);
+        const bf16 xa = qkv_value<NT>(d, parts, ea, fa), xb = qkv_value<NT>(d, parts, ea + 2, fb);
         const u32 da = fa % hd, i = interleaved ? da / 2 : da;  // the pair's frequency
         const bf16* t = table + (u64)positions[tok] * hd;
         bf16 ya, yb;
@@ -113,9 +115,9 @@ __device__ __forceinline__ void qkv_rope_store(const QkvTile& q, const float* pa
     }
 }
 
-// q, k, v (GROUP_PARAMS, bf16 outputs, one token tile) through tiles_chained with the rope
+// q, k, v (GROUP_PARAMS, bf16 outputs, NT token tiles) through tiles_chained with the rope
 // combine.
-template <int U, bool SX, class P>
+template <int NT, int U, bool SX, class P>
 __device__ __forceinline__ void qkv_rope_chained(GROUP_PARAMS, ROPE_PARAMS, float* parts,
                                                  P prologue) {
     auto tile_of = [&](u32 t) {
@@ -124,10 +126,10 @@ __device__ __forceinline__ void qkv_rope_chained(GROUP_PARAMS, ROPE_PARAMS, floa
         return QkvTile{d, d.S, kind, hd, interleaved};
     };
     auto store = [&](const QkvTile& q, const float* p, u32 t0, u32 r) {
-        qkv_rope_store(q, p, t0, r, ROPE_ARGS, n_1 / hd);
+        qkv_rope_store<NT>(q, p, t0, r, ROPE_ARGS, n_1 / hd);
     };
-    tiles_chained<U, SX>(tile_of, store, ctas0 + ctas1 + (n_2 + 15) / 16, x, k, rows, parts,
-                         prologue);
+    tiles_chained<NT, U, SX>(tile_of, store, ctas0 + ctas1 + (n_2 + 15) / 16, x, k, rows, parts,
+                             prologue);
 }
 
 // After the add + RMSNorm prologue (linear_norm.cu's NormPrologue; the input is the staged
@@ -136,12 +138,20 @@ __device__ __forceinline__ void qkv_rope_chained(GROUP_PARAMS, ROPE_PARAMS, floa
 extern "C" __global__ void __launch_bounds__(256, TF_GROUP_MINB)
     linear_bf16_qkv_rope_norm(GROUP_PARAMS, NORM_PARAMS, ROPE_PARAMS) {
     NORM_SMEM
-    qkv_rope_chained<TF_NT_U, true>(GROUP_ARGS_X(stage), ROPE_ARGS, parts, prologue);
+    qkv_rope_chained<1, TF_NT_U, true>(GROUP_ARGS_X(stage), ROPE_ARGS, parts, prologue);
 }
 
 // Over normed rows in global memory (x). Persistent as above; dynamic shared memory
 // max_j(sl_j) * 128 floats.
 extern "C" __global__ void __launch_bounds__(256, TF_GROUP_MINB)
     linear_bf16_qkv_rope(GROUP_PARAMS, ROPE_PARAMS) {
-    qkv_rope_chained<TF_NT_U, false>(GROUP_ARGS, ROPE_ARGS, dyn_floats(), NoPrologue());
+    qkv_rope_chained<1, TF_NT_U, false>(GROUP_ARGS, ROPE_ARGS, dyn_floats(), NoPrologue());
+}
+
+// 9 to 64 rows: 4 token tiles a CTA (blockIdx.y the next 32 rows), as linear_bf16_group's
+// general entry; persistent and chained over the tiles as above; dynamic shared memory
+// max_j(sl_j) * 4 * 128 floats.
+extern "C" __global__ void __launch_bounds__(256, TF_GROUP_MINB)
+    linear_bf16_qkv_rope_nt(GROUP_PARAMS, ROPE_PARAMS) {
+    qkv_rope_chained<4, TF_NT_U, false>(GROUP_ARGS, ROPE_ARGS, dyn_floats(), NoPrologue());
 }

@@ -54,7 +54,7 @@ fn rope_kv_parts(heads: usize, kv_heads: usize, head_dim: usize) -> u32 {
 }
 /// The grouped products serve calls of at most this many rows (decode steps; H200: at 128
 /// rows the separate launches were faster). Larger calls take the unfused launches.
-const FUSED_MAX_ROWS: usize = 64;
+pub(crate) const FUSED_MAX_ROWS: usize = 64;
 
 /// The entry point (`base` or its one-token-tile `_d8` variant) and token tiles per CTA.
 fn variant(base: &'static str, d8: &'static str, rows: usize) -> (&'static str, u32) {

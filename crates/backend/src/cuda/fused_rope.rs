@@ -1,28 +1,32 @@
 //! q, k and v with rope and the KV write in their epilogue (`kernels/linear_rope.cu`):
-//! `qkv_rope_kv_store` in one launch (`linear_bf16_qkv_rope`, or `linear_bf16_qkv_rope_norm`
-//! with the add + RMSNorm prologue of `linear_bf16_group_norm`) instead of the grouped product
-//! and `rope_kv_store`. Each product element is the grouped product's (its weight's K split,
-//! the same slice chains and combine), each pair rotated by rope_kv_store's formula on those
-//! bf16 values, and the pool slots written as it writes them, so q, k, v and the pool hold
-//! the two launches' bits (`tests/cuda_fused_rope.rs` compares them). Decode-sized calls only
-//! (at most `LINEAR_DECODE_ROWS` rows, bf16, head_dim a multiple of 16, q/k/v shaped as the
-//! pool's heads, and for the norm entry the norm fusion's own conditions); anything else runs
-//! the ops it stands for, the same bits. `TENSORFOLD_ROPE_FUSE=0` always runs them (an A/B
-//! switch of one binary).
+//! `qkv_rope_kv_store` in one launch instead of the grouped product and `rope_kv_store`. At
+//! most `LINEAR_DECODE_ROWS` rows: `linear_bf16_qkv_rope_norm` (with the add + RMSNorm
+//! prologue of `linear_bf16_group_norm`, where the norm fusion applies) or
+//! `linear_bf16_qkv_rope`; 9 to `FUSED_MAX_ROWS` rows: `linear_bf16_qkv_rope_nt` (4 token
+//! tiles a CTA, as `linear_bf16_group`), after `add_rms_norm` for the norm form. Each product
+//! element is the grouped product's (its weight's K split, the same slice chains and combine),
+//! each pair rotated by rope_kv_store's formula on those bf16 values, and the pool slots
+//! written as it writes them, so q, k, v and the pool hold the unfused ops' bits
+//! (`tests/cuda_fused_rope.rs` compares them). Calls that do not suit (f32 activations,
+//! head_dim not a multiple of 16, q/k/v not shaped as the pool's heads, prefill-sized rows)
+//! run the ops it stands for, the same bits. `TENSORFOLD_ROPE_FUSE=0` always runs them (an
+//! A/B switch of one binary).
 //!
 //! Why: the decode step's `rope_kv_store` cost ~86 us a llama3-8b step on the H200 (session
-//! 26's marginals at position 300, ~2.7 us a layer: a launch between the q/k/v product and the
-//! attention on the step's critical path). Not yet measured on a GPU (built in session 27,
-//! which had no device); the next GPU session runs the bitwise test and the A/B.
+//! 26's marginals at position 300, ~2.7 us a layer: a launch on the critical path between the
+//! q/k/v product and the attention). Not yet measured on a GPU (built in session 27, which had
+//! no device); the next GPU session runs the bitwise test and the A/B.
 
-use super::fused::group_launch;
+use cudarc::driver::LaunchConfig;
+
+use super::fused::{add_rms_norm, group_launch, FUSED_MAX_ROWS};
 use super::fused_norm::{self, fusable};
-use super::kernels::LINEAR_DECODE_ROWS;
+use super::kernels::{LINEAR_DECODE_ROWS, LINEAR_NT};
 use super::ops::{self, to_u32};
-use super::tensor::dptr;
+use super::tensor::{dptr, CudaTensor};
 use super::{CudaBackend, KArg, KvWrite};
 use crate::error::Result;
-use crate::{qkv_rope_kv_store_unfused, ActDType, QkvInput, QkvRopeArgs, RopeArgs};
+use crate::{qkv_rope_kv_store_unfused, ActDType, AddNormArgs, QkvInput, QkvRopeArgs, RopeArgs};
 use tf_checkpoint::spec::RopeStyle;
 
 /// Whether the fused entries may run (`TENSORFOLD_ROPE_FUSE=0`: never; speed only).
@@ -31,17 +35,16 @@ fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("TENSORFOLD_ROPE_FUSE").map_or(true, |v| v != "0"))
 }
 
-/// Whether a call's shapes suit the fused entries (the products' own conditions are
-/// `group_launch`'s and, for the norm entry, `fusable`'s).
-fn suits(be: &CudaBackend, a: &QkvRopeArgs<'_, CudaBackend>) -> bool {
+/// The entry a call takes, its token tiles a CTA and whether it computes the norm itself;
+/// None where the call does not suit (the products' own conditions are `group_launch`'s).
+fn entry(be: &CudaBackend, a: &QkvRopeArgs<'_, CudaBackend>) -> Option<(&'static str, u32, bool)> {
     let (hd, rows, g) = (a.head_dim, a.batch.rows(), a.kv.geom);
     let input_rows = match &a.input {
         QkvInput::Normed(x) => x.rows,
         QkvInput::AddNorm(n) => n.acc.rows,
     };
     let [q, k, v] = &a.parts;
-    enabled()
-        && (1..=LINEAR_DECODE_ROWS).contains(&rows)
+    let suits = enabled()
         && input_rows == rows
         && hd > 0
         && hd.is_multiple_of(16)
@@ -50,30 +53,43 @@ fn suits(be: &CudaBackend, a: &QkvRopeArgs<'_, CudaBackend>) -> bool {
         && q.w.n == a.heads * hd
         && k.w.n == a.kv_heads * hd
         && v.w.n == a.kv_heads * hd
-        && a.parts.iter().all(|p| p.out.dtype == ActDType::Bf16)
-        && match &a.input {
-            QkvInput::Normed(_) => true,
-            QkvInput::AddNorm(n) => fusable(be, n, false),
+        && a.parts.iter().all(|p| p.out.dtype == ActDType::Bf16);
+    match (rows, &a.input) {
+        _ if !suits => None,
+        (1..=LINEAR_DECODE_ROWS, QkvInput::AddNorm(n)) if fusable(be, n, false) => {
+            Some(("linear_bf16_qkv_rope_norm", 1, true))
         }
+        (1..=LINEAR_DECODE_ROWS, _) => Some(("linear_bf16_qkv_rope", 1, false)),
+        (r, _) if r <= FUSED_MAX_ROWS => Some(("linear_bf16_qkv_rope_nt", LINEAR_NT, false)),
+        _ => None,
+    }
 }
 
 pub(crate) fn qkv_rope_kv_store(
     be: &CudaBackend,
     mut a: QkvRopeArgs<'_, CudaBackend>,
 ) -> Result<()> {
-    if !suits(be, &a) {
+    let Some((name, nt, fused_norm)) = entry(be, &a) else {
         return qkv_rope_kv_store_unfused(be, a);
-    }
+    };
     let rows = a.batch.rows();
-    let x = match &mut a.input {
-        QkvInput::Normed(x) => *x,
-        QkvInput::AddNorm(n) => {
+    // The products' input: the normed rows (staged by the norm entry's prologue, or made here).
+    let x: &CudaTensor = match a.input {
+        QkvInput::Normed(x) => x,
+        QkvInput::AddNorm(ref mut n) if fused_norm => {
             n.weight.check_vector("qkv_rope_kv_store", n.group)?;
             n.out.rows = rows;
             &*n.out
         }
+        QkvInput::AddNorm(n) => {
+            let AddNormArgs { acc, x, weight, eps, group, out } = n;
+            add_rms_norm(be, AddNormArgs { acc, x, weight, eps, group, out: &mut *out })?;
+            let out: &CudaTensor = out;
+            a.input = QkvInput::Normed(out);
+            out
+        }
     };
-    let Some(l) = group_launch(be, x, &a.parts, 1)? else {
+    let Some(l) = group_launch(be, x, &a.parts, nt)? else {
         return qkv_rope_kv_store_unfused(be, a);
     };
     // The checks rope_kv_store makes (the outputs hold the call's rows once it runs).
@@ -101,14 +117,14 @@ pub(crate) fn qkv_rope_kv_store(
         (a.kv.geom.block_size as u32).into(),
     ];
     match &a.input {
-        QkvInput::AddNorm(n) => fused_norm::launch(be, "linear_bf16_qkv_rope_norm", l, n, &rope)?,
+        QkvInput::AddNorm(n) => fused_norm::launch(be, name, l, n, &rope)?,
         QkvInput::Normed(_) => {
-            let name = "linear_bf16_qkv_rope";
             let mut args = l.args;
             args.extend(rope);
+            // Persistent CTAs over the tiles (as many as the GPU holds), blockIdx.y the rows.
             let ctas = be.persistent_ctas(name, l.threads, l.part_smem)?;
-            let cfg = cudarc::driver::LaunchConfig {
-                grid_dim: (l.grid_x.min(ctas), 1, 1),
+            let cfg = LaunchConfig {
+                grid_dim: (l.grid_x.min(ctas), rows.div_ceil(8 * nt as usize) as u32, 1),
                 block_dim: (l.threads, 1, 1),
                 shared_mem_bytes: l.part_smem,
             };

@@ -233,6 +233,12 @@ pub(crate) const ENTRIES: &[Entry] = &[
         dyn_smem: LINEAR_MAX_SLICES * 32 * 4 * 4,
     },
     Entry {
+        name: "linear_bf16_qkv_rope_nt",
+        family: "linear",
+        threads: 32 * LINEAR_GROUP_WARPS,
+        dyn_smem: LINEAR_MAX_SLICES * LINEAR_NT * 32 * 4 * 4,
+    },
+    Entry {
         name: "linear_bf16_qkv_rope_norm",
         family: "linear",
         threads: 32 * LINEAR_GROUP_WARPS,
