@@ -385,7 +385,8 @@ impl<B: Backend> Llama<B> {
         // (`hidden = bf16(hidden + proj)`, HF's residual rounding), fused where the backend can.
         self.backend.embed(&self.embed_tokens, batch, &mut self.scratch.hidden)?;
         // The pending add and the norm go into the products that read the normed rows
-        // (`add_norm_linear_group`, `add_norm_linear_swiglu`: the same bits, fewer launches).
+        // (`qkv_rope_kv_store`'s `QkvInput::AddNorm`, or `add_norm_linear_group` with q/k
+        // norms; `add_norm_linear_swiglu`: the same bits, fewer launches).
         for li in 0..self.layers.len() {
             if li == 0 {
                 self.residual_norm(Which::Input(li), false)?;
