@@ -51,15 +51,29 @@ struct QkvTile {
     }
 };
 
-// Element 0 of token tok's slot in kv head 0's k plane of this layer (kv.cu's layout; v's is
-// `plane` further).
-__device__ __forceinline__ u64 kv_slot(const u32* __restrict__ positions,
-                                       const u32* __restrict__ row_table,
-                                       const u32* __restrict__ tables, u32 tok, u32 bstride,
-                                       u32 loff, u32 bs, u32 hd, u64 plane) {
-    const u32 pos = positions[tok];
-    const u64 blk = tables[row_table[tok] + pos / bs];
-    return (blk * bstride + loff) * 2 * plane + (u64)(pos % bs) * hd;
+// The positions of a CTA's rows t0 .. t0 + 8 NT - 1 and their pool slots (element 0 of the
+// slot in kv head 0's k plane of this layer, kv.cu's layout; v's is `plane` further).
+template <int NT>
+struct RowSlots {
+    u32 pos[8 * NT];
+    u64 at[8 * NT];
+};
+
+// Fills `s` (its rows below `rows`). Read before the products' wait: the positions and block
+// tables are step metadata the host writes before the step's first kernel and no kernel
+// writes (attention_dec.cu's early copies read them so too), so their loads leave the k and v
+// tiles' combine. Visible to the combine through tiles_chained's barriers.
+template <int NT>
+__device__ __forceinline__ void row_slots(RowSlots<NT>& s, const u32* __restrict__ positions,
+                                          const u32* __restrict__ row_table,
+                                          const u32* __restrict__ tables, u32 t0, u32 rows,
+                                          u32 bstride, u32 loff, u32 bs, u32 hd, u64 plane) {
+    for (u32 i = threadIdx.x; i < 8 * NT && t0 + i < rows; i += blockDim.x) {
+        const u32 pos = positions[t0 + i];
+        const u64 blk = tables[row_table[t0 + i] + pos / bs];
+        s.pos[i] = pos;
+        s.at[i] = (blk * bstride + loff) * 2 * plane + (u64)(pos % bs) * hd;
+    }
 }
 
 // A product element from its slices' partials, as store_linear forms a bf16 output.
@@ -74,9 +88,9 @@ __device__ __forceinline__ bf16 qkv_value(const GroupTile& d, const float* parts
 // pairs rotated to q and k (k's also to the pool). kvh: the pool's kv heads.
 template <int NT>
 __device__ __forceinline__ void qkv_rope_store(const QkvTile& q, const float* parts, u32 t0,
-                                               u32 rows, ROPE_PARAMS, u32 kvh) {
+                                               u32 rows, const RowSlots<NT>& slots, ROPE_PARAMS,
+                                               u64 plane) {
     const GroupTile& d = q.d;
-    const u64 plane = (u64)kvh * bs * hd;
     if (q.kind == 2) {
         for (u32 e = threadIdx.x; e < NT * 128; e += blockDim.x) {
             u32 f, tok;
@@ -84,8 +98,7 @@ __device__ __forceinline__ void qkv_rope_store(const QkvTile& q, const float* pa
             if (f >= d.n || tok >= rows) continue;
             const bf16 v = qkv_value<NT>(d, parts, e, f);
             d.out[(u64)tok * d.n + f] = v;
-            const u64 at = kv_slot(positions, row_table, tables, tok, bstride, loff, bs, hd, plane);
-            pool[at + plane + (u64)(f / hd) * bs * hd + f % hd] = f2bf(bf2f(v));
+            pool[slots.at[tok - t0] + plane + (u64)(f / hd) * bs * hd + f % hd] = f2bf(bf2f(v));
         }
         return;
     }
@@ -101,19 +114,30 @@ __device__ __forceinline__ void qkv_rope_store(const QkvTile& q, const float* pa
         const u32 fb = qkv_feature(q.kind, d.n0, g + 8, hd, interleaved);
         const bf16 xa = qkv_value<NT>(d, parts, ea, fa), xb = qkv_value<NT>(d, parts, ea + 2, fb);
         const u32 da = fa % hd, i = interleaved ? da / 2 : da;  // the pair's frequency
-        const bf16* t = table + (u64)positions[tok] * hd;
+        const bf16* t = table + (u64)slots.pos[tok - t0] * hd;
         bf16 ya, yb;
         rope_pair(bf2f(xa), bf2f(xb), bf2f(t[i]), bf2f(t[half + i]), ya, yb);
         d.out[(u64)tok * d.n + fa] = ya;
         d.out[(u64)tok * d.n + fb] = yb;
         if (q.kind == 1) {
-            const u64 at = kv_slot(positions, row_table, tables, tok, bstride, loff, bs, hd, plane) +
-                           (u64)(fa / hd) * bs * hd;
+            const u64 at = slots.at[tok - t0] + (u64)(fa / hd) * bs * hd;
             pool[at + da] = ya;
             pool[at + fb % hd] = yb;
         }
     }
 }
+
+// A prologue `p` followed, before the wait, by `f()` (after the first weights are issued).
+template <class P, class F>
+struct PreThen {
+    const P& p;
+    F f;
+    __device__ __forceinline__ void pre() const {
+        p.pre();
+        f();
+    }
+    __device__ __forceinline__ void main() const { p.main(); }
+};
 
 // q, k, v (GROUP_PARAMS, bf16 outputs, NT token tiles) through tiles_chained with the rope
 // combine.
@@ -125,11 +149,18 @@ __device__ __forceinline__ void qkv_rope_chained(GROUP_PARAMS, ROPE_PARAMS, floa
         const GroupTile d = group_tile(GROUP_ARGS, t);
         return QkvTile{d, d.S, kind, hd, interleaved};
     };
+    __shared__ RowSlots<NT> slots;
+    const u64 plane = (u64)(n_1 / hd) * bs * hd;  // n_1: k's features, the pool's kv heads x hd
+    auto fill = [&] {
+        row_slots<NT>(slots, positions, row_table, tables, blockIdx.y * 8 * NT, rows, bstride,
+                      loff, bs, hd, plane);
+    };
+    const PreThen<P, decltype(fill)> pro{prologue, fill};
     auto store = [&](const QkvTile& q, const float* p, u32 t0, u32 r) {
-        qkv_rope_store<NT>(q, p, t0, r, ROPE_ARGS, n_1 / hd);
+        qkv_rope_store<NT>(q, p, t0, r, slots, ROPE_ARGS, plane);
     };
     tiles_chained<NT, U, SX>(tile_of, store, ctas0 + ctas1 + (n_2 + 15) / 16, x, k, rows, parts,
-                             prologue);
+                             pro);
 }
 
 // After the add + RMSNorm prologue (linear_norm.cu's NormPrologue; the input is the staged
