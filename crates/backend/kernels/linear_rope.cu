@@ -1,6 +1,7 @@
 // q, k, v with rope and the KV write in their epilogue (compiled in one unit after linear.cu,
 // linear_group.cu and linear_norm.cu, whose chains, tiles and norm prologue it reuses):
-// `qkv_rope_kv_store` of cuda/fused_rope.rs, for decode calls (at most 8 rows: one token tile).
+// `qkv_rope_kv_store` of cuda/fused_rope.rs, for calls of at most 64 rows (decode steps: one
+// token tile a CTA up to 8 rows, four past that).
 // One launch does what linear_bf16_group(_norm) and then rope_kv_store (rope.cu) do:
 // - every product element as linear_bf16 forms it (its weight's slices, each the same mma
 //   chain, added in slice order, the bias, one rounding to bf16);
