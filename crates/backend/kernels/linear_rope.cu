@@ -39,16 +39,15 @@ __device__ __forceinline__ u32 qkv_feature(u32 kind, u32 n0, u32 r, u32 hd, int 
     return head0 + i0 + g + hi * (hd / 2);
 }
 
-// A tile of the rope entries: group_tile's, with its weight's kind.
-struct QkvTile {
-    GroupTile d;
-    u32 S, kind, hd;
+// A tile of the rope entries: group_tile's, its lane rows the features of its weight's kind.
+struct QkvTile : GroupTile {
+    u32 kind, hd;
     int interleaved;
     __device__ __forceinline__ Slice slice(u32 k, u32 j) const {
         const u32 g = (threadIdx.x & 31) >> 2;
-        const u32 fa = qkv_feature(kind, d.n0, g, hd, interleaved);
-        const u32 fb = qkv_feature(kind, d.n0, g + 8, hd, interleaved);
-        return make_slice_rows(d.w, d.n, k, fa, fb, j * d.len, d.len);
+        const u32 fa = qkv_feature(kind, n0, g, hd, interleaved);
+        const u32 fb = qkv_feature(kind, n0, g + 8, hd, interleaved);
+        return make_slice_rows(w, n, k, fa, fb, j * len, len);
     }
 };
 
@@ -79,7 +78,7 @@ __device__ __forceinline__ void row_slots(RowSlots<NT>& s, const u32* __restrict
 
 // A product element from its slices' partials, as store_linear forms a bf16 output.
 template <int NT>
-__device__ __forceinline__ bf16 qkv_value(const GroupTile& d, const float* parts, u32 e, u32 f) {
+__device__ __forceinline__ bf16 qkv_value(const QkvTile& d, const float* parts, u32 e, u32 f) {
     float total = slice_total<NT>(parts, e, 0, d.S);
     if (d.bias) total += d.bias[f];
     return f2bf(total);
@@ -88,11 +87,10 @@ __device__ __forceinline__ bf16 qkv_value(const GroupTile& d, const float* parts
 // The combine of a tile (NT token tiles from t0): v's elements to v and the pool; q's and k's
 // pairs rotated to q and k (k's also to the pool). kvh: the pool's kv heads.
 template <int NT>
-__device__ __forceinline__ void qkv_rope_store(const QkvTile& q, const float* parts, u32 t0,
+__device__ __forceinline__ void qkv_rope_store(const QkvTile& d, const float* parts, u32 t0,
                                                u32 rows, const RowSlots<NT>& slots, ROPE_PARAMS,
                                                u64 plane) {
-    const GroupTile& d = q.d;
-    if (q.kind == 2) {
+    if (d.kind == 2) {
         for (u32 e = threadIdx.x; e < NT * 128; e += blockDim.x) {
             u32 f, tok;
             tile_elem<NT>(e, d.n0, t0, &f, &tok);
@@ -111,8 +109,8 @@ __device__ __forceinline__ void qkv_rope_store(const QkvTile& q, const float* pa
         u32 f, tok;
         tile_elem<NT>(ea, 0, t0, &f, &tok);
         if (tok >= rows) continue;
-        const u32 fa = qkv_feature(q.kind, d.n0, g, hd, interleaved);
-        const u32 fb = qkv_feature(q.kind, d.n0, g + 8, hd, interleaved);
+        const u32 fa = qkv_feature(d.kind, d.n0, g, hd, interleaved);
+        const u32 fb = qkv_feature(d.kind, d.n0, g + 8, hd, interleaved);
         const bf16 xa = qkv_value<NT>(d, parts, ea, fa), xb = qkv_value<NT>(d, parts, ea + 2, fb);
         const u32 da = fa % hd, i = interleaved ? da / 2 : da;  // the pair's frequency
         const bf16* t = table + (u64)slots.pos[tok - t0] * hd;
@@ -120,7 +118,7 @@ __device__ __forceinline__ void qkv_rope_store(const QkvTile& q, const float* pa
         rope_pair(bf2f(xa), bf2f(xb), bf2f(t[i]), bf2f(t[half + i]), ya, yb);
         d.out[(u64)tok * d.n + fa] = ya;
         d.out[(u64)tok * d.n + fb] = yb;
-        if (q.kind == 1) {
+        if (d.kind == 1) {
             const u64 at = slots.at[tok - t0] + (u64)(fa / hd) * bs * hd;
             pool[at + da] = ya;
             pool[at + fb % hd] = yb;
@@ -147,8 +145,7 @@ __device__ __forceinline__ void qkv_rope_chained(GROUP_PARAMS, ROPE_PARAMS, floa
                                                  P prologue) {
     auto tile_of = [&](u32 t) {
         const u32 kind = t < ctas0 ? 0u : (t < ctas0 + ctas1 ? 1u : 2u);
-        const GroupTile d = group_tile(GROUP_ARGS, t);
-        return QkvTile{d, d.S, kind, hd, interleaved};
+        return QkvTile{group_tile(GROUP_ARGS, t), kind, hd, interleaved};
     };
     __shared__ RowSlots<NT> slots;
     const u64 plane = (u64)(n_1 / hd) * bs * hd;  // n_1: k's features, the pool's kv heads x hd

@@ -19,7 +19,9 @@
 
 mod common;
 
-use common::cuda::{bf, gpu, per_call, rand_vector, rand_weight, read_bits, up};
+use common::cuda::{
+    bf, gpu, per_call, rand_vector, rand_weight, read_bits, rope_table, table_weight, up,
+};
 use common::{random_bf16, Rng};
 use tf_backend::batch::{KvGeometry, SeqMeta};
 use tf_backend::cuda::{CudaBackend, CudaBatch, CudaKv, CudaTensor, CudaWeight};
@@ -27,7 +29,6 @@ use tf_backend::{
     qkv_rope_kv_store_unfused, AddNormArgs, Backend, BatchMeta, LinearPart, QkvInput, QkvRopeArgs,
 };
 use tf_checkpoint::spec::RopeStyle;
-use tf_checkpoint::{DType, TensorFormat, TensorView};
 
 const ROWS: [usize; 7] = [1, 2, 3, 8, 17, 33, 64];
 const BS: usize = 16;
@@ -100,20 +101,7 @@ impl Model {
         let qkv = [wb(heads * hd), wb(kvh * hd), wb(kvh * hd)];
         let norm = rand_vector(g, rng, h);
         // cos and sin of real angles at 256 positions.
-        let npos = 256;
-        let bits: Vec<u16> = (0..npos * hd)
-            .map(|i| {
-                let (p, j) = (i / hd, i % hd);
-                let f = 500000f64.powf(-2.0 * (j % (hd / 2)) as f64 / hd as f64);
-                let a = p as f64 * f;
-                let v = if j < hd / 2 { a.cos() } else { a.sin() } as f32;
-                (v.to_bits() >> 16) as u16
-            })
-            .collect();
-        let bytes = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
-        let view =
-            TensorView::owned("rope", TensorFormat::Plain(DType::BF16), vec![npos, hd], bytes);
-        let table = g.load_weight(&view).unwrap();
+        let table = table_weight(g, &rope_table(rng, 256, hd, true), 256, hd);
         Model { h, heads, kvh, hd, qkv, norm, table }
     }
 

@@ -24,13 +24,12 @@
 
 mod common;
 
-use common::cuda::{batch, gpu, per_call, up};
+use common::cuda::{batch, gpu, per_call, rope_table, table_weight, up};
 use common::{random_bf16, random_vector, Rng};
 use tf_backend::batch::{KvGeometry, SeqMeta};
 use tf_backend::cuda::{CudaBackend, CudaTensor, CudaWeight};
 use tf_backend::{ActDType, AddNormArgs, Backend, NormArgs, RopeKvArgs};
 use tf_checkpoint::spec::RopeStyle;
-use tf_checkpoint::{DType, TensorFormat, TensorView};
 
 const ROWS: [usize; 5] = [1, 7, 64, 65, 2048];
 const EPS: f32 = 1e-5;
@@ -277,30 +276,6 @@ fn emulate_rope(x: &mut [f32], t: &[f32], hd: usize, style: RopeStyle, single: b
             }
         }
     }
-}
-
-/// A bf16 `[positions, hd]` table: random values (`real` false: every rounding case) or
-/// cos/sin of a rope's angles (speed runs, so repeated rotations stay bounded).
-fn rope_table(rng: &mut Rng, npos: usize, hd: usize, real: bool) -> Vec<u16> {
-    let half = hd / 2;
-    let bits: Vec<u16> = match real {
-        false => random_bf16(rng, npos * hd, 1.0).0,
-        true => (0..npos * hd)
-            .map(|j| {
-                let (p, i) = ((j / hd) as f64, j % hd);
-                let f = 10000f64.powf(-((i % half) as f64) / half as f64);
-                let a = p * f;
-                half::bf16::from_f64(if i < half { a.cos() } else { a.sin() }).to_bits()
-            })
-            .collect(),
-    };
-    bits
-}
-
-fn table_weight(g: &CudaBackend, bits: &[u16], npos: usize, hd: usize) -> CudaWeight {
-    let bytes = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
-    let view = TensorView::owned("rope", TensorFormat::Plain(DType::BF16), vec![npos, hd], bytes);
-    g.load_weight(&view).unwrap()
 }
 
 /// Rows of two sequences: the first `rows / 2` at positions 0.., the rest at 100.., over

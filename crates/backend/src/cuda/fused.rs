@@ -24,7 +24,7 @@ use super::gemm::tiled_for;
 use super::kernels::{LINEAR_DECODE_ROWS, LINEAR_GROUP_WARPS, LINEAR_MAX_SLICES, LINEAR_NT};
 use super::linear::{self, k_split};
 use super::ops::{self, check_same, to_u32};
-use super::tensor::{dptr, CudaTensor, CudaWeight, WeightKind};
+use super::tensor::{dptr, CudaBatch, CudaKv, CudaTensor, CudaWeight, WeightKind};
 use super::{CudaBackend, KArg, KvWrite};
 use crate::error::{BackendError, Result};
 use tf_checkpoint::spec::RopeStyle;
@@ -265,6 +265,29 @@ pub(crate) fn swiglu_launch(
     }))
 }
 
+/// Launches grouped product `name` with `smem` bytes of dynamic shared memory over `grid_y`
+/// blocks of token tiles; `persistent`: as many CTAs as the GPU holds at once (at most one a
+/// tile), each walking tiles blockIdx.x, + gridDim.x, ...; else one CTA a tile.
+pub(crate) fn launch_group(
+    be: &CudaBackend,
+    name: &'static str,
+    l: GroupLaunch,
+    smem: u32,
+    grid_y: u32,
+    persistent: bool,
+) -> Result<()> {
+    let grid_x = match persistent {
+        true => l.grid_x.min(be.persistent_ctas(name, l.threads, smem)?),
+        false => l.grid_x,
+    };
+    let cfg = LaunchConfig {
+        grid_dim: (grid_x, grid_y, 1),
+        block_dim: (l.threads, 1, 1),
+        shared_mem_bytes: smem,
+    };
+    be.launch(name, cfg, &l.args)
+}
+
 /// Whether `linear_bf16_swiglu_d8` and `linear_bf16_swiglu` (9 to 64 rows) run persistent
 /// CTAs (linear_group.cu's swiglu_chained: each warp issues its next tile's first weights as
 /// a chain ends); `TENSORFOLD_SWIGLU_PERSIST=0` launches a CTA a tile (an A/B switch: the
@@ -286,17 +309,8 @@ pub(crate) fn linear_swiglu(be: &CudaBackend, a: SwigluArgs<'_, CudaBackend>) ->
         linear::linear_parts(be, a.x, &mut parts)?;
         return ops::swiglu(be, a.gate, a.up, a.out);
     };
-    // The CTAs walk tiles persistently: as many as the GPU holds at once.
-    let grid_x = match swiglu_persistent() {
-        true => l.grid_x.min(be.persistent_ctas(name, l.threads, l.part_smem)?),
-        false => l.grid_x,
-    };
-    let cfg = LaunchConfig {
-        grid_dim: (grid_x, a.x.rows.div_ceil(8 * nt as usize) as u32, 1),
-        block_dim: (l.threads, 1, 1),
-        shared_mem_bytes: l.part_smem,
-    };
-    be.launch(name, cfg, &l.args)?;
+    let (smem, grid_y) = (l.part_smem, a.x.rows.div_ceil(8 * nt as usize) as u32);
+    launch_group(be, name, l, smem, grid_y, swiglu_persistent())?;
     for t in [a.gate, a.up, a.out] {
         t.rows = a.x.rows;
     }
@@ -331,25 +345,45 @@ pub(crate) fn rope_kv_store(be: &CudaBackend, a: RopeKvArgs<'_, CudaBackend>) ->
     }
     let s = &be.stream;
     let u = |what, v| to_u32("rope_kv_store", what, v);
+    let (pool_args, wrote) = kv_write_args(be, kv, a.layer, batch, "rope_kv_store")?;
     let mut args: Vec<KArg> = [&*a.q, &*a.k, a.v].map(|t| KArg::U64(dptr(&t.buf, s))).to_vec();
-    args.push(dptr(&table.buf, s).into());
-    let (pos, pool) = (batch.ptr(s, batch.at.positions), dptr(&kv.buf, s));
-    args.push(pos.into());
+    args.extend([dptr(&table.buf, s).into(), wrote.positions.into()]);
     args.extend(
         [u("heads", a.heads)?, u("kv heads", a.kv_heads)?, u("head_dim", head_dim)?].map(KArg::U32),
     );
     args.push(KArg::I32((style == RopeStyle::Interleaved) as i32));
-    args.push(pool.into());
-    args.push(batch.ptr(s, batch.at.row_table).into());
-    args.push(batch.ptr(s, batch.at.tables).into());
-    let (bstride, loff) = kv.region("rope_kv_store", a.layer)?;
-    let dims = [bstride, loff, g.block_size as u32];
-    args.extend(dims.map(KArg::U32));
+    args.extend(pool_args);
     let first = super::attention::copies_early(be, &g, a.heads, rows);
     args.push(KArg::I32(first as i32));
     // A decode row is latency-bound in one CTA: its units go over several.
     let grid = (u("rows", rows)?, rope_kv_parts(a.heads, a.kv_heads, head_dim), 1);
     be.launch("rope_kv_store", ops::cfg(grid, ROPE_KV_THREADS), &args)?;
-    be.wrote_kv(KvWrite { pool, positions: pos, region: (bstride, loff) });
+    be.wrote_kv(wrote);
     Ok(())
+}
+
+/// The pool arguments of a kernel that writes a call's KV rows of `layer` (the tail rope.cu's
+/// rope_kv_store and linear_rope.cu's entries share: pool, row table, block tables, block
+/// stride, layer offset, block size) and the write to record with `CudaBackend::wrote_kv`
+/// once it is launched.
+pub(crate) fn kv_write_args(
+    be: &CudaBackend,
+    kv: &CudaKv,
+    layer: usize,
+    batch: &CudaBatch,
+    op: &'static str,
+) -> Result<([KArg; 6], KvWrite)> {
+    let s = &be.stream;
+    let (bstride, loff) = kv.region(op, layer)?;
+    let pool = dptr(&kv.buf, s);
+    let args = [
+        pool.into(),
+        batch.ptr(s, batch.at.row_table).into(),
+        batch.ptr(s, batch.at.tables).into(),
+        bstride.into(),
+        loff.into(),
+        (kv.geom.block_size as u32).into(),
+    ];
+    let positions = batch.ptr(s, batch.at.positions);
+    Ok((args, KvWrite { pool, positions, region: (bstride, loff) }))
 }

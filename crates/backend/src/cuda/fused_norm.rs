@@ -15,10 +15,8 @@
 //! at one row (tests/cuda_fused_norm.rs) norm + q/k/v 22.8 -> 19.7 us, norm + gate/up 65.7 ->
 //! 69.4 us, so the step was unchanged with both fused (4.92 ms) and gate/up stays unfused.
 
-use cudarc::driver::LaunchConfig;
-
 use super::fused::{
-    group_launch, linear_group, linear_swiglu, swiglu_launch, GroupLaunch, JOB_SMEM,
+    group_launch, launch_group, linear_group, linear_swiglu, swiglu_launch, GroupLaunch, JOB_SMEM,
 };
 use super::kernels::LINEAR_DECODE_ROWS;
 use super::ops::norm_threads;
@@ -109,13 +107,7 @@ pub(crate) fn launch(
     l.args.extend_from_slice(extra);
     let (rows, k) = (n.acc.rows as u32, n.acc.cols as u32);
     let smem = 4 * k + 4 * rows * k + l.part_smem;
-    let ctas = be.persistent_ctas(name, l.threads, smem)?;
-    let cfg = LaunchConfig {
-        grid_dim: (l.grid_x.min(ctas), 1, 1),
-        block_dim: (l.threads, 1, 1),
-        shared_mem_bytes: smem,
-    };
-    be.launch(name, cfg, &l.args)
+    launch_group(be, name, l, smem, 1, true)
 }
 
 pub(crate) fn add_norm_linear_group(

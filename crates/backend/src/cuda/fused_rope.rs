@@ -17,16 +17,14 @@
 //! q/k/v product and the attention). Not yet measured on a GPU (built in session 27, which had
 //! no device); the next GPU session runs the bitwise test and the A/B.
 
-use cudarc::driver::LaunchConfig;
-
-use super::fused::{add_rms_norm, group_launch, FUSED_MAX_ROWS};
+use super::fused::{add_rms_norm, group_launch, kv_write_args, launch_group, FUSED_MAX_ROWS};
 use super::fused_norm::{self, fusable};
 use super::kernels::{LINEAR_DECODE_ROWS, LINEAR_NT};
 use super::ops::{self, to_u32};
 use super::tensor::{dptr, CudaTensor};
-use super::{CudaBackend, KArg, KvWrite};
+use super::{CudaBackend, KArg};
 use crate::error::Result;
-use crate::{qkv_rope_kv_store_unfused, ActDType, AddNormArgs, QkvInput, QkvRopeArgs, RopeArgs};
+use crate::{qkv_rope_kv_store_unfused, AddNormArgs, QkvInput, QkvRopeArgs, RopeArgs};
 use tf_checkpoint::spec::RopeStyle;
 
 /// Whether the fused entries may run (`TENSORFOLD_ROPE_FUSE=0`: never; speed only).
@@ -52,8 +50,7 @@ fn entry(be: &CudaBackend, a: &QkvRopeArgs<'_, CudaBackend>) -> Option<(&'static
         && g.kv_heads == a.kv_heads
         && q.w.n == a.heads * hd
         && k.w.n == a.kv_heads * hd
-        && v.w.n == a.kv_heads * hd
-        && a.parts.iter().all(|p| p.out.dtype == ActDType::Bf16);
+        && v.w.n == a.kv_heads * hd;
     match (rows, &a.input) {
         _ if !suits => None,
         (1..=LINEAR_DECODE_ROWS, QkvInput::AddNorm(n)) if fusable(be, n, false) => {
@@ -89,7 +86,7 @@ pub(crate) fn qkv_rope_kv_store(
             out
         }
     };
-    let Some(l) = group_launch(be, x, &a.parts, nt)? else {
+    let Some(mut l) = group_launch(be, x, &a.parts, nt)? else {
         return qkv_rope_kv_store_unfused(be, a);
     };
     // The checks rope_kv_store makes (the outputs hold the call's rows once it runs).
@@ -101,36 +98,22 @@ pub(crate) fn qkv_rope_kv_store(
     ops::check_rope(&RopeArgs { x: q.out, heads: a.heads, head_dim: hd, style, table, batch })?;
     ops::check_rope(&RopeArgs { x: k.out, heads: a.kv_heads, head_dim: hd, style, table, batch })?;
     a.kv.check_batch("qkv_rope_kv_store", a.layer, batch)?;
-    let (bstride, loff) = a.kv.region("qkv_rope_kv_store", a.layer)?;
-    let s = &be.stream;
-    let (pos, pool) = (batch.ptr(s, batch.at.positions), dptr(&a.kv.buf, s));
-    let rope: [KArg; 10] = [
-        dptr(&table.buf, s).into(),
-        pos.into(),
+    let (pool_args, wrote) = kv_write_args(be, a.kv, a.layer, batch, "qkv_rope_kv_store")?;
+    let mut rope: Vec<KArg> = vec![
+        dptr(&table.buf, &be.stream).into(),
+        wrote.positions.into(),
         to_u32("qkv_rope_kv_store", "head_dim", hd)?.into(),
         KArg::I32((style == RopeStyle::Interleaved) as i32),
-        pool.into(),
-        batch.ptr(s, batch.at.row_table).into(),
-        batch.ptr(s, batch.at.tables).into(),
-        bstride.into(),
-        loff.into(),
-        (a.kv.geom.block_size as u32).into(),
     ];
+    rope.extend(pool_args);
     match &a.input {
         QkvInput::AddNorm(n) => fused_norm::launch(be, name, l, n, &rope)?,
         QkvInput::Normed(_) => {
-            let mut args = l.args;
-            args.extend(rope);
-            // Persistent CTAs over the tiles (as many as the GPU holds), blockIdx.y the rows.
-            let ctas = be.persistent_ctas(name, l.threads, l.part_smem)?;
-            let cfg = LaunchConfig {
-                grid_dim: (l.grid_x.min(ctas), rows.div_ceil(8 * nt as usize) as u32, 1),
-                block_dim: (l.threads, 1, 1),
-                shared_mem_bytes: l.part_smem,
-            };
-            be.launch(name, cfg, &args)?;
+            let (smem, grid_y) = (l.part_smem, rows.div_ceil(8 * nt as usize) as u32);
+            l.args.extend(rope);
+            launch_group(be, name, l, smem, grid_y, true)?;
         }
     }
-    be.wrote_kv(KvWrite { pool, positions: pos, region: (bstride, loff) });
+    be.wrote_kv(wrote);
     Ok(())
 }

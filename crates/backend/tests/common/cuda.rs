@@ -3,8 +3,11 @@
 
 use tf_backend::batch::{BatchMeta, SeqMeta};
 use tf_backend::cpu::CpuBackend;
-use tf_backend::cuda::{CudaBackend, CudaTensor};
+use tf_backend::cuda::{CudaBackend, CudaTensor, CudaWeight};
 use tf_backend::{ActDType, Backend};
+use tf_checkpoint::{DType, TensorFormat, TensorView};
+
+use super::{random_bf16, Rng};
 
 /// Row counts of the row-invariance checks below 2,048.
 pub const ROWS: [usize; 7] = [1, 2, 3, 8, 16, 17, 128];
@@ -173,4 +176,28 @@ pub fn bf(g: &CudaBackend, rows: usize, cols: usize) -> CudaTensor {
 #[allow(dead_code)]
 pub fn read_bits(g: &CudaBackend, t: &CudaTensor, rows: usize) -> Vec<u32> {
     g.read_f32(t, rows).unwrap().iter().map(|v| v.to_bits()).collect()
+}
+
+/// A bf16 `[positions, hd]` table: random values (`real` false: every rounding case) or
+/// cos/sin of a rope's angles (speed runs, so repeated rotations stay bounded).
+pub fn rope_table(rng: &mut Rng, npos: usize, hd: usize, real: bool) -> Vec<u16> {
+    let half = hd / 2;
+    let bits: Vec<u16> = match real {
+        false => random_bf16(rng, npos * hd, 1.0).0,
+        true => (0..npos * hd)
+            .map(|j| {
+                let (p, i) = ((j / hd) as f64, j % hd);
+                let f = 10000f64.powf(-((i % half) as f64) / half as f64);
+                let a = p * f;
+                half::bf16::from_f64(if i < half { a.cos() } else { a.sin() }).to_bits()
+            })
+            .collect(),
+    };
+    bits
+}
+
+pub fn table_weight(g: &CudaBackend, bits: &[u16], npos: usize, hd: usize) -> CudaWeight {
+    let bytes = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
+    let view = TensorView::owned("rope", TensorFormat::Plain(DType::BF16), vec![npos, hd], bytes);
+    g.load_weight(&view).unwrap()
 }
