@@ -69,9 +69,8 @@ __device__ __forceinline__ void mma16816(float* d, u32 a0, u32 a1, u32 a2, u32 a
 // step with programmatic stream serialization (`cuda/graph.rs`), so a kernel may START while
 // the one before it still runs. Every entry point therefore calls pdl_wait() before its first
 // global memory access other than reading immutable weights (and host-written step metadata;
-// the decode attention CTA's TF_DEC_EARLY copies are the one documented exception, see
-// attention_dec.cu, which relies on the KV store before it calling pdl_launch() only after its
-// own wait): griddepcontrol.wait returns once the previous kernel has completed and its writes
+// the decode attention CTA's TF_DEC_EARLY copies are the one documented exception: rows the
+// KV write before it cannot touch, by attention_dec.cu's argument): griddepcontrol.wait returns once the previous kernel has completed and its writes
 // are visible, so what a kernel reads and writes is exactly what it would be without overlap
 // (no bit can change). pdl_launch() lets the next kernel start its own pre-wait part (launch,
 // weight prefetch) early.

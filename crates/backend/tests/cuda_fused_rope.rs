@@ -168,8 +168,9 @@ impl Model {
         let mut b = self.bufs(g, c);
         let batch = g.prepare_batch(&c.meta).unwrap();
         let launches = self.op(g, &mut b, &batch, f);
-        // One launch (past 8 rows the norm form runs add_rms_norm before it).
-        let want = 1 + (f.norm && rows > 8) as u64;
+        // One launch; the norm form runs add_rms_norm before it past 8 rows or when the normed
+        // rows exceed the 16 KiB a CTA stages (`fused_norm::STAGE_MAX`, crate-private).
+        let want = 1 + (f.norm && (rows > 8 || rows * self.h * 2 > 16 * 1024)) as u64;
         if f.fused {
             assert_eq!(launches, want, "{f:?} at {rows} rows: the fused call launched {launches}");
         }
@@ -233,11 +234,14 @@ fn check_geometry(g: &CudaBackend, geo: (usize, usize, usize, usize)) {
         }
         println!("{geo:?}: q/k/v + rope + kv fused == the unfused ops bit for bit at {rows} rows");
     }
-    // Control: one input element's sign flipped changes every output of the fused call.
+    // Control: one input element's sign flipped in each of two rows (one a sequence, so both
+    // sequences' pool slots are written) changes every output of the fused call.
     for f in forms() {
-        let c = Call::new(&mut rng, m.h, 1);
+        let c = Call::new(&mut rng, m.h, 2);
         let mut planted = c.clone();
-        planted.x[m.h / 3] ^= 0x8000;
+        for r in 0..2 {
+            planted.x[r * m.h + m.h / 3] ^= 0x8000;
+        }
         let (a, b) = (m.run(g, &c, Form { fused: false, ..f }), m.run(g, &planted, f));
         let diffs: Vec<usize> = a.iter().zip(&b).map(|(s, fu)| count_diff(s, fu)).collect();
         assert!(
