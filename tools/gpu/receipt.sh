@@ -7,7 +7,7 @@
 #   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
 #        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs knobs33
-#        breakdown big summary rope
+#        breakdown big summary rope sample
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -212,6 +212,22 @@ stage_rope() {
   local e
   for r in 1 2 3; do
     for e in X=1 TENSORFOLD_ROPE_FUSE=0; do echo "$e decode $(decode_rates l8b 256 $e)"; done
+  done
+}
+# Session 28's sampling penalties on the GPU (kernels/sample.cu penalize_rows): the sampling
+# tests (needs .gpu/cuda_sample: host == device tokens, penalized values exact by ties), then
+# bench decode greedy, greedy with a repetition penalty, and sampled with presence and
+# frequency penalties, alternated (before session 28 a penalized row read its logits back).
+stage_sample() {
+  timeout 300 .gpu/cuda_sample --ignored --nocapture --test-threads 1 2>&1 |
+    grep -E "gpu == host|us a call|us per row|by ties|test result|panicked|MISMATCH" | head -40
+  local o
+  for r in 1 2; do
+    for o in "" "--repetition-penalty 1.3" \
+      "--temperature 0.8 --top-p 0.95 --presence-penalty 0.5 --frequency-penalty 0.3"; do
+      echo "[$o] decode $($B bench -m $W/l8b --device cuda --pp 128 --tg 256 --reps 2 $o 2>&1 |
+        grep -o '"tg_tok_s":[0-9.]*' | tr '\n' ' ')"
+    done
   done
 }
 stage_serve() {

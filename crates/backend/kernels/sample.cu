@@ -384,3 +384,43 @@ sample_rows(const void* logits, int is_f32, const u64* prm, u64* wbuf, u32* out,
     const u64 chosen = select(r, (hi << 11) | (lo >> 53), true, s, sh);
     if (threadIdx.x == 0) out[row] = (u32)chosen;
 }
+
+// ---------------------------------------------------------------------------------------------
+// penalize_rows: each logits row copied to f32 (`dst`, rows x cols) with its penalties applied,
+// the definition of crates/backend/src/penalty.rs operation for operation: a positive logit
+// divided by the repetition penalty, any other multiplied (when it is not 1), then (when
+// presence or frequency is not 0, for ids generated n > 0 times) v - (presence + frequency n),
+// every operation rounded once (__f*_rn: nothing contracted into an fma), so each value is the
+// host's bit for bit. sample_rows then reads `dst` as f32 rows. One block per row; the copy,
+// a barrier, then one thread per penalized id (each id at most once a row: no two threads
+// write one element). Per-row parameters `pen`, 3 u64 a row: repetition | presence << 32 (f32
+// bits), frequency | count << 32, the row's first entry in `seen`; `seen` holds id | n << 32.
+
+__device__ __forceinline__ float penalize_value(float v, u32 n, float rep, float pres, float freq) {
+    if (rep != 1.0f) v = v > 0.0f ? __fdiv_rn(v, rep) : __fmul_rn(v, rep);
+    if (n > 0 && (pres != 0.0f || freq != 0.0f)) {
+        v = __fsub_rn(v, __fadd_rn(pres, __fmul_rn(freq, __uint2float_rn(n))));
+    }
+    return v;
+}
+
+extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
+penalize_rows(const void* logits, int is_f32, const u64* pen, const u64* seen, float* dst,
+              u32 cols) {
+    pdl_wait();
+    pdl_launch();
+    const u64 row = blockIdx.x, base = row * cols;
+    for (u32 id = threadIdx.x; id < cols; id += blockDim.x) {
+        dst[base + id] = ld_act(logits, base + id, is_f32);
+    }
+    __syncthreads();
+    const float rep = __uint_as_float((u32)pen[3 * row]);
+    const float pres = __uint_as_float((u32)(pen[3 * row] >> 32));
+    const float freq = __uint_as_float((u32)pen[3 * row + 1]);
+    const u32 count = (u32)(pen[3 * row + 1] >> 32);
+    const u64* ids = seen + pen[3 * row + 2];
+    for (u32 j = threadIdx.x; j < count; j += blockDim.x) {
+        const u32 id = (u32)ids[j], n = (u32)(ids[j] >> 32);
+        if (id < cols) dst[base + id] = penalize_value(dst[base + id], n, rep, pres, freq);
+    }
+}

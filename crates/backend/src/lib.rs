@@ -23,6 +23,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod error;
 pub mod f64ref;
+pub mod penalty;
 pub mod sample;
 
 pub use batch::{BatchMeta, KvGeometry, SeqMeta};
@@ -238,17 +239,30 @@ pub trait Backend: Send {
     }
 
     /// The sampled token of each of the first `rows` rows of a logits tensor under its
-    /// [`sample::Draw`] (`draws.len() == rows`): the definition of [`sample::sample_row`]
-    /// (temperature 0 is [`Backend::argmax`]'s rule). A GPU computes it there and copies back 4
-    /// bytes a row; the default reads the rows back and runs the host definition.
-    fn sample(&self, t: &Self::Tensor, rows: usize, draws: &[sample::Draw]) -> Result<Vec<u32>> {
+    /// [`sample::Draw`] (`draws.len() == rows`), after its [`penalty::Penalties`] (none when
+    /// `penalties` is empty, else one a row): the definitions of [`penalty::Penalties::apply`]
+    /// and [`sample::sample_row`] (temperature 0 is [`Backend::argmax`]'s rule). A GPU computes
+    /// it there and copies back 4 bytes a row; the default reads the rows back and runs the
+    /// host definition.
+    fn sample(
+        &self,
+        t: &Self::Tensor,
+        rows: usize,
+        draws: &[sample::Draw],
+        penalties: &[penalty::Penalties<'_>],
+    ) -> Result<Vec<u32>> {
         sample::check_draws(rows, draws)?;
-        let v = self.read_f32(t, rows)?;
+        penalty::check(rows, penalties)?;
+        let mut v = self.read_f32(t, rows)?;
         let cols = v.len().checked_div(rows).unwrap_or(0);
         if cols == 0 {
             return Ok(vec![0; rows]);
         }
-        Ok(v.chunks_exact(cols).zip(draws).map(|(r, d)| sample::sample_row(r, d)).collect())
+        let tokens = v.chunks_exact_mut(cols).enumerate().zip(draws).map(|((i, r), d)| {
+            penalties.get(i).inspect(|p| p.apply(r));
+            sample::sample_row(r, d)
+        });
+        Ok(tokens.collect())
     }
 
     /// The compiled kernels behind the ops, with their resource use against the device's

@@ -12,6 +12,7 @@
 
 use tf_backend::contract::{self, ContractConfig, Family, Geometry, Summary, SMOLLM2};
 use tf_backend::cpu::{CpuBackend, CpuBatch, CpuKv, CpuTensor, CpuWeight};
+use tf_backend::penalty::Penalties;
 use tf_backend::sample::Draw;
 use tf_backend::{
     ActDType, AttnArgs, Backend, BatchMeta, KernelInfo, KvGeometry, NormArgs, Result, RopeArgs,
@@ -80,6 +81,8 @@ enum Fault {
     ArgmaxTiesHigh,
     /// `sample` draws with `1 - u` instead of `u` (walks the survivors from the far end).
     SampleMirrored,
+    /// `sample` drops the rows' penalties.
+    PenaltiesDropped,
 }
 
 /// The CPU backend with one planted fault.
@@ -212,14 +215,23 @@ impl Backend for Faulty {
     fn synchronize(&self) -> Result<()> {
         self.inner.synchronize()
     }
-    fn sample(&self, t: &CpuTensor, rows: usize, draws: &[Draw]) -> Result<Vec<u32>> {
-        if self.fault != Fault::SampleMirrored {
-            return self.inner.sample(t, rows, draws);
+    fn sample(
+        &self,
+        t: &CpuTensor,
+        rows: usize,
+        draws: &[Draw],
+        penalties: &[Penalties<'_>],
+    ) -> Result<Vec<u32>> {
+        match self.fault {
+            Fault::SampleMirrored => {
+                let below_one = 1.0 - 1.0 / (1u64 << 53) as f64;
+                let mirrored: Vec<Draw> =
+                    draws.iter().map(|d| Draw { uniform: below_one - d.uniform, ..*d }).collect();
+                self.inner.sample(t, rows, &mirrored, penalties)
+            }
+            Fault::PenaltiesDropped => self.inner.sample(t, rows, draws, &[]),
+            _ => self.inner.sample(t, rows, draws, penalties),
         }
-        let below_one = 1.0 - 1.0 / (1u64 << 53) as f64;
-        let mirrored: Vec<Draw> =
-            draws.iter().map(|d| Draw { uniform: below_one - d.uniform, ..*d }).collect();
-        self.inner.sample(t, rows, &mirrored)
     }
     fn argmax(&self, t: &CpuTensor, rows: usize) -> Result<Vec<u32>> {
         if self.fault != Fault::ArgmaxTiesHigh {
@@ -317,6 +329,14 @@ fn an_argmax_breaking_ties_the_wrong_way_fails_gate_2() {
     // The plain backend passes the same unit.
     let (ok, _) = run(&CpuBackend::new().expect("cpu backend"), TINY, Some(Family::Sample));
     assert!(ok.ok(), "{}", ok.line());
+}
+
+#[test]
+fn a_sampler_dropping_penalties_fails_gate_2() {
+    let (s, lines) = run(&Faulty::new(Fault::PenaltiesDropped), TINY, Some(Family::Sample));
+    assert_eq!(count(&lines, "sample", "gate 2", "FAIL"), 1, "{lines:#?}");
+    assert_eq!(count(&lines, "sample", "gate 3", "PASS"), 1, "{lines:#?}");
+    assert_eq!((s.kernels, s.pass, s.fail, s.missed), (1, 0, 1, 0), "{}", s.line());
 }
 
 #[test]

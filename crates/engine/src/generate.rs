@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use tf_backend::penalty::Seen;
 use tf_backend::{Backend, BatchMeta, SeqMeta};
 
 use crate::error::{EngineError, Result};
@@ -87,10 +88,10 @@ impl<B: Backend> Generator<B> {
         self.generate_with(req, true, on_token)
     }
 
-    /// As [`Generator::generate`] for a caller that reads no logits: a request without
-    /// penalties then takes each token from the device (`CausalLm::forward_greedy` at
-    /// temperature 0, `CausalLm::forward_sample` otherwise: the same token as the host's
-    /// sampler) and copies no logits back.
+    /// As [`Generator::generate`] for a caller that reads no logits: each token then comes
+    /// from the device (`CausalLm::forward_greedy` at temperature 0 without penalties,
+    /// `CausalLm::forward_sample` otherwise: the same token as the host's sampler) and no
+    /// logits are copied back.
     pub fn generate_tokens(
         &mut self,
         req: &GenRequest<'_>,
@@ -118,7 +119,7 @@ impl<B: Backend> Generator<B> {
             )));
         }
         let table = self.blocks.alloc(total.div_ceil(BLOCK_SIZE))?;
-        let on_device = !want_logits && !req.sampler.uses_penalties();
+        let on_device = !want_logits;
         let out = self.run(req, &table, on_device, on_token);
         self.blocks.free(&table)?;
         out
@@ -132,6 +133,7 @@ impl<B: Backend> Generator<B> {
         sampler: &Sampler,
         on_device: bool,
         next_pos: usize,
+        seen: Option<&Seen>,
     ) -> Result<Next> {
         if !on_device {
             return Ok(Next::Logits(self.model.forward(&mut self.kv, meta)?));
@@ -139,7 +141,9 @@ impl<B: Backend> Generator<B> {
         let tokens = if device_greedy(sampler) {
             self.model.forward_greedy(&mut self.kv, meta)?
         } else {
-            self.model.forward_sample(&mut self.kv, meta, &[sampler.draw(next_pos as u64)])?
+            let pen = seen.map(|s| sampler.penalties(s));
+            let draw = [sampler.draw(next_pos as u64)];
+            self.model.forward_sample(&mut self.kv, meta, &draw, pen.as_slice())?
         };
         match tokens.first() {
             Some(&t) => Ok(Next::Token(t)),
@@ -158,9 +162,12 @@ impl<B: Backend> Generator<B> {
         let start = Instant::now();
         let chunk = req.chunk.clamp(1, self.model.max_rows());
         let mut next = Next::Logits(Vec::new());
+        // The ids so far, for a device sampler with penalties.
+        let mut seen = (on_device && req.sampler.uses_penalties()).then(|| Seen::new(req.prompt));
         for (ci, piece) in req.prompt.chunks(chunk).enumerate() {
             let meta = step_meta(piece, ci * chunk, &seq, true);
-            next = self.next(&meta, &req.sampler, on_device, ci * chunk + piece.len())?;
+            let at = ci * chunk + piece.len();
+            next = self.next(&meta, &req.sampler, on_device, at, seen.as_ref())?;
         }
         let prefill_time = start.elapsed();
         let mut output: Vec<u32> = Vec::new();
@@ -179,6 +186,9 @@ impl<B: Backend> Generator<B> {
                 break;
             }
             output.push(tok);
+            if let Some(s) = seen.as_mut() {
+                s.push_output(tok);
+            }
             if !go_on {
                 finish = FinishReason::Cancelled;
                 break;
@@ -186,8 +196,8 @@ impl<B: Backend> Generator<B> {
             if output.len() == req.max_tokens {
                 break;
             }
-            next =
-                self.next(&step_meta(&[tok], pos, &seq, true), &req.sampler, on_device, pos + 1)?;
+            let meta = step_meta(&[tok], pos, &seq, true);
+            next = self.next(&meta, &req.sampler, on_device, pos + 1, seen.as_ref())?;
         }
         let first_at = first_at.unwrap_or_else(Instant::now);
         let stats = GenStats {

@@ -9,14 +9,15 @@
 //! the token is a pure function of (logits, params, seed, position): the `seeded == seeded`
 //! invariant.
 //!
-//! Penalties stay here on the host: a row with penalties reads its logits back, is
-//! penalized, then goes through the same `sample_row`; a row without them may be sampled on
-//! the device ([`Sampler::draw`] + `CausalLm::forward_sample`) with the same result.
+//! Penalties are `tf_backend::penalty`'s definition (its f32 operations written once for the
+//! host and once for the GPU, so the device's penalized row is the host's): a lane keeps its
+//! ids in a [`Seen`] token by token, and every row, penalized or not, may be sampled where its
+//! logits are ([`Sampler::draw`] + [`Sampler::penalties`] + `CausalLm::forward_sample`) with
+//! [`Sampler::sample`]'s result.
 //! Rejected: f64 probabilities summed in sorted order (the sampler before 2026-11-30): no
 //! parallel reduction reproduces them, so a GPU could not give the host's token.
 
-use std::collections::HashMap;
-
+use tf_backend::penalty::{Penalties, Seen};
 use tf_backend::sample::{sample_row, Draw};
 
 use crate::error::{EngineError, Result};
@@ -111,12 +112,27 @@ impl Sampler {
     /// The token at absolute `position` of the sequence, from `logits` (one row, vocab wide),
     /// given the prompt and the tokens generated so far.
     pub fn sample(&self, logits: &[f32], prompt: &[u32], output: &[u32], position: u64) -> u32 {
-        let p = &self.params;
-        if p.uses_penalties() {
-            let penalized = apply_penalties(logits, p, prompt, output);
+        if self.uses_penalties() {
+            let seen = Seen::of(prompt, output);
+            let mut penalized = logits.to_vec();
+            self.penalties(&seen).apply(&mut penalized);
             return sample_row(&penalized, &self.draw(position));
         }
         sample_row(logits, &self.draw(position))
+    }
+
+    /// This sampler's penalties over the ids `seen` so far (the prompt's and the output's).
+    pub fn penalties<'a>(&self, seen: &'a Seen) -> Penalties<'a> {
+        let p = &self.params;
+        if !p.uses_penalties() {
+            return Penalties::NONE;
+        }
+        Penalties {
+            repetition: p.repetition_penalty,
+            presence: p.presence_penalty,
+            frequency: p.frequency_penalty,
+            seen: seen.as_slice(),
+        }
     }
 
     /// The draw of the token at `position` (temperature, cuts and the Philox uniform), for
@@ -132,7 +148,7 @@ impl Sampler {
         }
     }
 
-    /// Whether this sampler changes the logits before drawing (then only the host samples).
+    /// Whether this sampler changes the logits before drawing.
     pub fn uses_penalties(&self) -> bool {
         self.params.uses_penalties()
     }
@@ -142,32 +158,6 @@ impl Sampler {
 /// backends' device argmax (`tf_backend::argmax_row`).
 pub fn argmax(logits: &[f32]) -> u32 {
     tf_backend::argmax_row(logits)
-}
-
-fn apply_penalties(logits: &[f32], p: &SamplingParams, prompt: &[u32], output: &[u32]) -> Vec<f32> {
-    let mut l = logits.to_vec();
-    if p.repetition_penalty != 1.0 {
-        let mut seen: Vec<u32> = prompt.iter().chain(output).copied().collect();
-        seen.sort_unstable();
-        seen.dedup();
-        for &t in &seen {
-            if let Some(v) = l.get_mut(t as usize) {
-                *v = if *v > 0.0 { *v / p.repetition_penalty } else { *v * p.repetition_penalty };
-            }
-        }
-    }
-    if p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 {
-        let mut counts: HashMap<u32, u32> = HashMap::new();
-        for &t in output {
-            *counts.entry(t).or_default() += 1;
-        }
-        for (t, n) in counts {
-            if let Some(v) = l.get_mut(t as usize) {
-                *v -= p.presence_penalty + p.frequency_penalty * n as f32;
-            }
-        }
-    }
-    l
 }
 
 #[cfg(test)]
@@ -229,6 +219,17 @@ mod tests {
             Sampler::new(SamplingParams { frequency_penalty: 0.06, ..Default::default() }).unwrap();
         assert_eq!(freq.sample(&logits, &[], &[0], 0), 0);
         assert_eq!(freq.sample(&logits, &[], &[0, 0], 0), 1);
+    }
+
+    #[test]
+    fn penalties_are_off_without_parameters_and_borrow_the_lane_ids() {
+        let seen = Seen::of(&[4, 2], &[2]);
+        let plain = Sampler::new(SamplingParams::default()).unwrap();
+        assert_eq!(plain.penalties(&seen), Penalties::NONE);
+        let p = SamplingParams { repetition_penalty: 1.2, frequency_penalty: 0.5, ..sampled(3) };
+        let pen = Sampler::new(p).unwrap().penalties(&seen);
+        assert_eq!(pen.seen, &[(2, 1), (4, 0)]);
+        assert_eq!((pen.repetition, pen.presence, pen.frequency), (1.2, 0.0, 0.5));
     }
 
     #[test]

@@ -1,14 +1,17 @@
 //! The engine thread on the real test model: requests run beside others equal the same
 //! requests alone (`concurrent == solo`), and a request resumed from the prompt cache equals
-//! it computed fresh (`resumed == fresh`), greedy and seeded.
+//! it computed fresh (`resumed == fresh`), greedy and seeded; penalized requests, whose
+//! tokens the backend chooses (`Backend::sample` with the lane's penalties), equal the host
+//! sampler on the logits (`Generator::generate`), alone and beside others.
 
 use std::path::{Path, PathBuf};
 
 use tf_backend::cpu::CpuBackend;
 use tf_checkpoint::Checkpoint;
 use tf_engine::family::{self, LoadOptions};
+use tf_engine::generate::{GenRequest, Generator};
 use tf_engine::serve::{EngineConfig, EngineHandle, Event, Finish, GenerateRequest, Usage};
-use tf_engine::SamplingParams;
+use tf_engine::{Sampler, SamplingParams};
 
 fn model_path() -> PathBuf {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -122,4 +125,66 @@ fn too_long_and_invalid_requests_are_refused() {
     let mut r = request(0, 10, false);
     r.sampling.top_p = 0.0;
     assert!(matches!(e.submit(r), Err(tf_engine::serve::SubmitError::Invalid(_))));
+}
+
+#[test]
+fn penalized_requests_equal_the_host_sampler_alone_and_together() {
+    let pens = [
+        SamplingParams { repetition_penalty: 1.3, ..Default::default() },
+        SamplingParams { temperature: 0.8, presence_penalty: 1.5, seed: 7, ..Default::default() },
+        SamplingParams {
+            temperature: 1.1,
+            frequency_penalty: 0.9,
+            top_k: 40,
+            seed: 8,
+            ..Default::default()
+        },
+        SamplingParams { frequency_penalty: 2.0, presence_penalty: -0.5, ..Default::default() },
+    ];
+    let reqs: Vec<GenerateRequest> = pens
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut r = request(i as u32, 30 + 11 * i, true);
+            r.sampling = p.clone();
+            r.max_tokens = 16;
+            r
+        })
+        .collect();
+    // The host path: the logits of each step read back, penalized and sampled by `Sampler`.
+    let ckpt = Checkpoint::open(&model_path()).unwrap();
+    let opts = LoadOptions { max_rows: 64, max_positions: 512 };
+    let model = family::load(&ckpt, CpuBackend::new().unwrap(), opts).unwrap();
+    let mut gen = Generator::new(model, 512 / 16).unwrap();
+    let host: Vec<Vec<u32>> = reqs
+        .iter()
+        .map(|r| {
+            let g = GenRequest {
+                prompt: &r.prompt,
+                max_tokens: r.max_tokens,
+                sampler: Sampler::new(r.sampling.clone()).unwrap(),
+                stop_tokens: &[],
+                chunk: 24,
+            };
+            gen.generate(&g, &mut |_, _| true).unwrap().0
+        })
+        .collect();
+    let solo_engine = engine(1, 0);
+    let solo: Vec<Vec<u32>> =
+        reqs.iter().map(|r| collect(solo_engine.submit(r.clone()).unwrap()).0).collect();
+    assert_eq!(solo, host, "the engine's penalized tokens != the host sampler's");
+    // Beside unpenalized requests (one step's rows mix penalized and plain rows).
+    let many = engine(4, 64);
+    let plain = [request(9, 25, true), request(10, 40, false)];
+    let subs: Vec<_> = reqs.iter().chain(&plain).map(|r| many.submit(r.clone()).unwrap()).collect();
+    let together: Vec<Vec<u32>> = subs.into_iter().map(|s| collect(s).0).collect();
+    assert_eq!(together[..reqs.len()], solo[..], "penalized: concurrent != solo");
+    // Resumed from the prompt cache: the lane's ids are the whole prompt's all the same.
+    let (again, usage) = collect(many.submit(reqs[3].clone()).unwrap());
+    assert!(usage.cached_tokens > 0, "{usage:?}");
+    assert_eq!(again, solo[3], "penalized: resumed != fresh");
+    // A planted difference: without its penalty the first request's reply changes.
+    let mut bare = reqs[0].clone();
+    bare.sampling.repetition_penalty = 1.0;
+    assert_ne!(collect(solo_engine.submit(bare).unwrap()).0, solo[0], "penalty had no effect");
 }

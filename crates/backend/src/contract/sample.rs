@@ -12,17 +12,22 @@
 //! `(c, e)`), which the rule breaks to the lowest id; `x` holds both signs and +-0.
 //!
 //! Output: the greedy token of each row, then its tokens under `DRAWS` draws made from the
-//! row's id alone (so gate 3 sees the same draws in any batch), as f32 (ids below 2^24 are
-//! exact); reference = the lowest id of the maximum, then `sample::sample_row_sorted` (the
-//! definition as written: sort and walk) on the exact logits. Gate 2's bound is 0; the 1%-off control scales the ids (red
-//! whenever a sampled row's answer is not id 0); gate 3 and the row control are the generic
-//! ones. Rejected: reading the device's own logits back as the reference input (the check
+//! row's id alone (so gate 3 sees the same draws in any batch), then one token under a draw
+//! with penalties (`crate::penalty`; greedy or sampled, repetition / presence / frequency and
+//! a token history made from the row's id and its exact logits, so its winners are
+//! penalized), as f32 (ids below 2^24 are exact); reference = the lowest id of the maximum,
+//! then `sample::sample_row_sorted` (the definition as written: sort and walk) on the exact
+//! logits, for the penalized draw after the penalties as written (from the history itself:
+//! HF's repetition over every id of it, OpenAI's counts over its output). Gate 2's bound is
+//! 0; the 1%-off control scales the ids (red whenever a sampled row's answer is not id 0);
+//! gate 3 and the row control are the generic ones. Rejected: reading the device's own logits back as the reference input (the check
 //! would then share the device's values instead of knowing them).
 
 use super::data::{read, row_batch, Bf16Mat, Rng, Scratch, Table};
 use super::reference::Expect;
 use super::rows::{RowCase, UNIVERSE};
 use super::ContractError;
+use crate::penalty::{Penalties, Seen};
 use crate::sample::{sample_row_sorted, Draw};
 use crate::{ActDType, Backend};
 
@@ -39,6 +44,54 @@ fn draw_of(id: u32, j: usize) -> Draw {
         top_p: [1.0, 0.9, 0.5][pick(3, 3)],
         min_p: [0.0, 0.0, 0.1][pick(3, 4)],
         uniform: (h >> 11) as f64 / (1u64 << 53) as f64,
+    }
+}
+
+/// The penalized draw of universe row `id` whose exact logits are `row`: its draw, its
+/// penalties (without ids) and its history (prompt, output). The output repeats the row's
+/// first maximum and a few other ids, so the penalties move the winners.
+fn penalized_of(id: u32, row: &[f32]) -> (Draw, Penalties<'static>, Vec<u32>, Vec<u32>) {
+    let h = (u64::from(id) << 8 | 0xff).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let pick = |n: u64, k: u32| ((h >> (8 * k)) % n) as usize;
+    let mut d = draw_of(id, 7);
+    d.temperature = [0.0, 0.0, 0.7, 1.5][pick(4, 1)];
+    let p = Penalties {
+        repetition: [1.0, 1.3, 0.8, 1.05][pick(4, 2)],
+        presence: [0.0, 0.5, -0.5][pick(3, 3)],
+        frequency: [0.0, 0.25, 1.0, 0.1][pick(4, 4)],
+        seen: &[],
+    };
+    let vocab = row.len().max(1) as u64;
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    let id_at =
+        |k: u64| ((h.rotate_left(k as u32 % 64) ^ k.wrapping_mul(0x2545_f491)) % vocab) as u32;
+    let prompt: Vec<u32> = (0..24).map(id_at).chain([best as u32]).collect();
+    let mut output: Vec<u32> = (0..12).map(|k| id_at(100 + k % 5)).collect();
+    output.extend(std::iter::repeat_n(best as u32, 1 + pick(3, 5)));
+    (d, p, prompt, output)
+}
+
+/// The penalties as written, from a history: every id of prompt and output divided /
+/// multiplied by the repetition penalty once, then each output id's count subtracted with
+/// presence and frequency (f32, each operation rounded once).
+fn penalize_as_written(row: &mut [f32], p: &Penalties<'_>, prompt: &[u32], output: &[u32]) {
+    let mut ids: Vec<u32> = prompt.iter().chain(output).copied().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    for t in ids {
+        let n = output.iter().filter(|&&o| o == t).count() as u32;
+        let Some(v) = row.get_mut(t as usize) else { continue };
+        if p.repetition != 1.0 {
+            *v = if *v > 0.0 { *v / p.repetition } else { *v * p.repetition };
+        }
+        if n > 0 && (p.presence != 0.0 || p.frequency != 0.0) {
+            *v -= p.presence + p.frequency * n as f32;
+        }
     }
 }
 
@@ -84,7 +137,7 @@ impl<B: Backend> ArgmaxCase<B> {
 
 impl<B: Backend> RowCase<B> for ArgmaxCase<B> {
     fn cols(&self) -> usize {
-        1 + DRAWS
+        2 + DRAWS
     }
 
     fn run(&mut self, be: &B, ids: &[u32]) -> Result<Vec<f32>, ContractError> {
@@ -118,7 +171,7 @@ impl<B: Backend> RowCase<B> for ArgmaxCase<B> {
         let mut sampled = vec![0u32; ids.len() * DRAWS];
         for j in 0..DRAWS {
             let round: Vec<Draw> = draws.iter().skip(j).step_by(DRAWS).copied().collect();
-            let toks = be.sample(&self.logits, ids.len(), &round)?;
+            let toks = be.sample(&self.logits, ids.len(), &round, &[])?;
             if toks.len() != ids.len() {
                 return Err(ContractError::Setup(format!("sample returned {} tokens", toks.len())));
             }
@@ -126,10 +179,26 @@ impl<B: Backend> RowCase<B> for ArgmaxCase<B> {
                 sampled[r * DRAWS + j] = t;
             }
         }
-        let mut out = Vec::with_capacity(ids.len() * (1 + DRAWS));
+        // One more round under each row's penalties (ids from its history, as the engine keeps
+        // them: `Seen`).
+        let hist: Vec<_> =
+            want.chunks_exact(vocab).zip(ids).map(|(r, &id)| penalized_of(id, r)).collect();
+        let seen: Vec<Seen> = hist.iter().map(|(_, _, p, o)| Seen::of(p, o)).collect();
+        let pens: Vec<Penalties<'_>> =
+            hist.iter().zip(&seen).map(|(h, s)| Penalties { seen: s.as_slice(), ..h.1 }).collect();
+        let pdraws: Vec<Draw> = hist.iter().map(|h| h.0).collect();
+        let penalized = be.sample(&self.logits, ids.len(), &pdraws, &pens)?;
+        if penalized.len() != ids.len() {
+            return Err(ContractError::Setup(format!(
+                "sample returned {} tokens",
+                penalized.len()
+            )));
+        }
+        let mut out = Vec::with_capacity(ids.len() * (2 + DRAWS));
         for (r, &t) in tokens.iter().enumerate() {
             out.push(t as f32);
             out.extend(sampled[r * DRAWS..(r + 1) * DRAWS].iter().map(|&s| s as f32));
+            out.push(penalized[r] as f32);
         }
         Ok(out)
     }
@@ -137,7 +206,7 @@ impl<B: Backend> RowCase<B> for ArgmaxCase<B> {
     fn reference(&self, ids: &[u32]) -> Expect {
         let (vocab, _) = self.w.rows_cols();
         let logits = self.exact_logits(ids);
-        let mut want = Vec::with_capacity(ids.len() * (1 + DRAWS));
+        let mut want = Vec::with_capacity(ids.len() * (2 + DRAWS));
         for (row, &id) in logits.chunks_exact(vocab).zip(ids) {
             let mut best = 0;
             for (i, &v) in row.iter().enumerate() {
@@ -147,6 +216,10 @@ impl<B: Backend> RowCase<B> for ArgmaxCase<B> {
             }
             want.push(best as f64);
             want.extend((0..DRAWS).map(|j| f64::from(sample_row_sorted(row, &draw_of(id, j)))));
+            let (d, p, prompt, output) = penalized_of(id, row);
+            let mut own = row.to_vec();
+            penalize_as_written(&mut own, &p, &prompt, &output);
+            want.push(f64::from(sample_row_sorted(&own, &d)));
         }
         Expect::exact(want)
     }

@@ -34,6 +34,7 @@ pub use weight::{CpuWeight, WeightFormat};
 
 use crate::batch::{BatchMeta, KvGeometry};
 use crate::error::{BackendError, Result};
+use crate::penalty::{self, Penalties};
 use crate::{sample, ActDType, AttnArgs, Backend, NormArgs, RopeArgs};
 use act::{Dst, Src};
 // The `linear` op's driver, chosen at this module boundary: the real one, or in the
@@ -254,10 +255,18 @@ impl Backend for CpuBackend {
         Ok(t.to_f32(rows))
     }
 
-    /// The host definition (`sample::sample_row`), rows shared among the pool's threads: each
-    /// token is a pure function of its own row and draw, so no thread count changes one.
-    fn sample(&self, t: &CpuTensor, rows: usize, draws: &[sample::Draw]) -> Result<Vec<u32>> {
+    /// The host definitions (`Penalties::apply`, `sample::sample_row`), rows shared among the
+    /// pool's threads: each token is a pure function of its own row, penalties and draw, so
+    /// no thread count changes one.
+    fn sample(
+        &self,
+        t: &CpuTensor,
+        rows: usize,
+        draws: &[sample::Draw],
+        penalties: &[Penalties<'_>],
+    ) -> Result<Vec<u32>> {
         sample::check_draws(rows, draws)?;
+        penalty::check(rows, penalties)?;
         let v = self.read_f32(t, rows)?;
         let cols = v.len().checked_div(rows).unwrap_or(0);
         if cols == 0 {
@@ -265,9 +274,18 @@ impl Backend for CpuBackend {
         }
         let tokens: Vec<AtomicU32> = (0..rows).map(|_| AtomicU32::new(0)).collect();
         let sampled = draws.iter().filter(|d| !d.quantize().greedy).count();
-        self.for_ranges(rows, 1, sampled >= 2, &|r| {
+        let penalized = penalties.iter().filter(|p| !p.is_off()).count();
+        self.for_ranges(rows, 1, sampled + penalized >= 2, &|r| {
             for i in r {
-                let tok = sample::sample_row(&v[i * cols..(i + 1) * cols], &draws[i]);
+                let row = &v[i * cols..(i + 1) * cols];
+                let tok = match penalties.get(i).filter(|p| !p.is_off()) {
+                    Some(p) => {
+                        let mut own = row.to_vec();
+                        p.apply(&mut own);
+                        sample::sample_row(&own, &draws[i])
+                    }
+                    None => sample::sample_row(row, &draws[i]),
+                };
                 tokens[i].store(tok, Ordering::Relaxed);
             }
         });

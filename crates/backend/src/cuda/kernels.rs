@@ -178,6 +178,7 @@ pub(crate) const ENTRIES: &[Entry] = &[
     e("attention_combine", "attention", 128),
     e("argmax_f32", "sample", 1024),
     e("sample_rows", "sample", 1024),
+    e("penalize_rows", "sample", 1024),
     Entry {
         name: "linear_bf16",
         family: "linear",

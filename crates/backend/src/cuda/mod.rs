@@ -453,8 +453,9 @@ impl Backend for CudaBackend {
         t: &CudaTensor,
         rows: usize,
         draws: &[crate::sample::Draw],
+        penalties: &[crate::penalty::Penalties<'_>],
     ) -> Result<Vec<u32>> {
-        sample::sample(self, t, rows, draws)
+        sample::sample(self, t, rows, draws, penalties)
     }
 
     fn embed(&self, table: &CudaWeight, batch: &CudaBatch, out: &mut CudaTensor) -> Result<()> {

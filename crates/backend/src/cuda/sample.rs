@@ -13,12 +13,22 @@
 //! `tests/cuda_sample.rs` checks it on random rows, the contract unit `sample` on the model's.
 //! The per-row parameters are quantized on the host (`Draw::quantize`) and uploaded with the
 //! launch (4 u64 a row); weights go to a `rows x cols` u64 scratch.
+//!
+//! Rows with penalties (`crate::penalty`) are sampled here too: `penalize_rows` first copies
+//! every row of the call to an f32 scratch with its penalties applied (the host definition's
+//! f32 operations, each rounded once), then `sample_rows` reads that scratch. The upload is
+//! the rows' parameters (3 u64 a row) and their ascending `(id, output count)` lists (one u64
+//! an id, every step: a lane's ids live on the host, so 64 penalized streams of 2,000
+//! distinct ids upload ~1 MB a step, against ~32 MB of logits read back before); nothing but
+//! the tokens comes back. `tests/cuda_sample.rs` checks the tokens against
+//! the host's on penalized rows, the contract unit `sample` on the model's.
 
 use cudarc::driver::LaunchConfig;
 
 use super::tensor::{dptr, CudaTensor};
 use super::{drv, CudaBackend};
 use crate::error::{BackendError, Result};
+use crate::penalty::{self, Penalties};
 use crate::sample::{weight_bits, Draw};
 
 /// Threads per block of `argmax_f32` (ARGMAX_THREADS in sample.cu).
@@ -68,6 +78,7 @@ pub(crate) fn sample(
     t: &CudaTensor,
     rows: usize,
     draws: &[Draw],
+    penalties: &[Penalties<'_>],
 ) -> Result<Vec<u32>> {
     if rows > t.rows || draws.len() != rows {
         return Err(BackendError::shape(
@@ -75,6 +86,7 @@ pub(crate) fn sample(
             format!("{rows} rows of {} valid, {} draws", t.rows, draws.len()),
         ));
     }
+    penalty::check(rows, penalties)?;
     if rows == 0 {
         return Ok(Vec::new());
     }
@@ -99,7 +111,15 @@ pub(crate) fn sample(
             q.bits,
         ]);
     }
-    let need = 4 * rows + rows * t.cols;
+    let penalized = penalties.iter().any(|p| !p.is_off());
+    if penalized {
+        pack_penalties(penalties, &mut prm);
+    }
+    // Scratch (u64 words): the parameters, then the weights, then (penalized calls) the f32
+    // rows at a 16-byte boundary.
+    let wofs = prm.len().next_multiple_of(2);
+    let fofs = (wofs + rows * t.cols).next_multiple_of(2);
+    let need = fofs + if penalized { (rows * t.cols).div_ceil(2) } else { 0 };
     be.graph_step_end()?;
     let mut slot = be.sample_buf.lock().unwrap_or_else(|e| e.into_inner());
     if slot.as_ref().is_none_or(|b| b.len() < need) {
@@ -108,7 +128,8 @@ pub(crate) fn sample(
     let Some(buf) = slot.as_mut() else {
         return Err(BackendError::Device("cuda: sample scratch missing".into()));
     };
-    be.stream.memcpy_htod(&prm, &mut buf.slice_mut(0..4 * rows)).map_err(drv("sample params"))?;
+    let n = prm.len();
+    be.stream.memcpy_htod(&prm, &mut buf.slice_mut(0..n)).map_err(drv("sample params"))?;
     let mut toks = be.tokens.lock().unwrap_or_else(|e| e.into_inner());
     if toks.as_ref().is_none_or(|b| b.len() < rows) {
         *toks = Some(be.raw::<u32>(rows.next_power_of_two().max(64), "sample tokens")?);
@@ -118,14 +139,21 @@ pub(crate) fn sample(
     };
     let s = &be.stream;
     let base = dptr(buf, s);
-    let (lp, lf, op) = (dptr(&t.buf, s), t.is_f32(), dptr(out, s));
-    let (pp, wp) = (base, base + 8 * 4 * rows as u64);
+    let (mut lp, mut lf, op) = (dptr(&t.buf, s), t.is_f32(), dptr(out, s));
+    let at = |words: usize| base + 8 * words as u64;
+    let (pp, wp) = (base, at(wofs));
     let bits = weight_bits(t.cols);
     let cfg = LaunchConfig {
         grid_dim: (grid, 1, 1),
         block_dim: (SAMPLE_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
+    if penalized {
+        let (pen, seen, dst) = (at(4 * rows), at(7 * rows), at(fofs));
+        let args = [lp.into(), lf.into(), pen.into(), seen.into(), dst.into(), cols.into()];
+        be.launch("penalize_rows", cfg, &args)?;
+        (lp, lf) = (dst, 1);
+    }
     let args = [lp.into(), lf.into(), pp.into(), wp.into(), op.into(), cols.into(), bits.into()];
     be.launch("sample_rows", cfg, &args)?;
     super::step_events::step_tokens(be);
@@ -133,4 +161,24 @@ pub(crate) fn sample(
     be.stream.memcpy_dtoh(&out.slice(0..rows), &mut host).map_err(drv("sample"))?;
     be.stream.synchronize().map_err(drv("sample"))?;
     Ok(host)
+}
+
+/// Appends `penalize_rows`'s parameters to `prm` (4 u64 a row so far): 3 u64 a row
+/// (repetition | presence << 32, frequency | id count << 32, first entry), then every row's
+/// `id | n << 32` entries. A row without penalties gets repetition 1 and no entries.
+fn pack_penalties(penalties: &[Penalties<'_>], prm: &mut Vec<u64>) {
+    let bits = |v: f32| u64::from(v.to_bits());
+    let mut first = 0u64;
+    for p in penalties {
+        let p = if p.is_off() { &Penalties::NONE } else { p };
+        prm.extend([
+            bits(p.repetition) | bits(p.presence) << 32,
+            bits(p.frequency) | (p.seen.len() as u64) << 32,
+            first,
+        ]);
+        first += p.seen.len() as u64;
+    }
+    for p in penalties.iter().filter(|p| !p.is_off()) {
+        prm.extend(p.seen.iter().map(|&(id, n)| u64::from(id) | u64::from(n) << 32));
+    }
 }

@@ -1,7 +1,8 @@
 //! `tensorfold bench`: prompt processing (pp) and token generation (tg) speed, llama-bench
 //! style: a prompt of `--pp` fixed pseudo-random tokens prefilled in chunks of `--chunk` rows
-//! (one chunk up to 2,048 tokens by default), then `--tg` greedy tokens decoded one row at a
-//! time (end-of-sequence ignored). Prints one JSON line per repetition (with the first
+//! (one chunk up to 2,048 tokens by default), then `--tg` tokens decoded one row at a time
+//! (end-of-sequence ignored), greedy unless sampling options are given (then each token is
+//! chosen where the logits are, with its penalties: the served path's cost). Prints one JSON line per repetition (with the first
 //! generated token ids, so runs of other chunkings can be compared) so scripts
 //! (tools/bench_cpu.py) can set it beside a peer measured in the same run.
 
@@ -42,8 +43,40 @@ pub struct BenchArgs {
     /// activations are sized for it; the tokens do not depend on it.
     #[arg(long)]
     pub chunk: Option<usize>,
+    /// Sampling temperature of the decoded tokens (0: greedy).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Nucleus sampling: keep the smallest set of tokens whose probability reaches this.
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// HF's repetition penalty over the prompt's and output's tokens (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    /// OpenAI's presence penalty over the output's tokens (0: off).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
+    /// OpenAI's frequency penalty over the output's tokens (0: off).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
+    /// Seed of the sampled tokens.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
     #[command(flatten)]
     pub dev: DeviceArgs,
+}
+
+impl BenchArgs {
+    fn sampling(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            repetition_penalty: self.repetition_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            seed: self.seed,
+            ..Default::default()
+        }
+    }
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {
@@ -59,6 +92,8 @@ impl WithBackend for BenchArgs {
 }
 
 fn run_on<B: Backend + 'static>(a: BenchArgs, backend: B) -> Result<()> {
+    // Refused before the model loads (a bad value names its option).
+    let sampler = Sampler::new(a.sampling())?;
     let path = crate::model_path::resolve(a.model.clone())?;
     let t0 = Instant::now();
     let ckpt = Checkpoint::open(&path)?;
@@ -84,7 +119,7 @@ fn run_on<B: Backend + 'static>(a: BenchArgs, backend: B) -> Result<()> {
         let req = GenRequest {
             prompt: &prompt,
             max_tokens: a.tg,
-            sampler: Sampler::new(SamplingParams::default())?,
+            sampler: sampler.clone(),
             stop_tokens: &[],
             chunk: rows,
         };
@@ -102,6 +137,14 @@ fn run_on<B: Backend + 'static>(a: BenchArgs, backend: B) -> Result<()> {
                 "tg_tok_s": st.decode_tok_per_s(),
                 "load_s": load_s,
                 "chunk": rows,
+                "sampling": {
+                    "temperature": shortest(a.temperature),
+                    "top_p": shortest(a.top_p),
+                    "repetition_penalty": shortest(a.repetition_penalty),
+                    "presence_penalty": shortest(a.presence_penalty),
+                    "frequency_penalty": shortest(a.frequency_penalty),
+                    "seed": a.seed,
+                },
                 "first_tokens": &tokens[..tokens.len().min(8)],
                 // Rep 0: from opening the checkpoint to its first token (kernel compilation
                 // included unless the kernel cache holds them); null for the others.
@@ -111,4 +154,9 @@ fn run_on<B: Backend + 'static>(a: BenchArgs, backend: B) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The f64 whose shortest decimal is the f32's (1.3, not 1.2999999523162842).
+fn shortest(v: f32) -> f64 {
+    v.to_string().parse().unwrap_or(f64::from(v))
 }

@@ -345,9 +345,10 @@ impl<B: Backend> CausalLm<B> for Llama<B> {
         kv: &mut B::Kv,
         meta: &BatchMeta,
         draws: &[tf_backend::sample::Draw],
+        penalties: &[tf_backend::penalty::Penalties<'_>],
     ) -> Result<Vec<u32>> {
         let n = self.step(kv, meta)?;
-        Ok(self.backend.sample(&self.scratch.logits, n, draws)?)
+        Ok(self.backend.sample(&self.scratch.logits, n, draws, penalties)?)
     }
 }
 

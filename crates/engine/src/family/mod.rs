@@ -5,6 +5,7 @@
 
 pub mod llama;
 
+use tf_backend::penalty::Penalties;
 use tf_backend::sample::{sample_row, Draw};
 use tf_backend::{Backend, BatchMeta, KvGeometry};
 use tf_checkpoint::{admission, Checkpoint, ModelSpec};
@@ -35,26 +36,36 @@ pub trait CausalLm<B: Backend>: Send {
     }
 
     /// Runs one step like [`CausalLm::forward`] and returns the token of each logit row under
-    /// its [`Draw`] (`draws[i]` for logit row `i`), sampled where the logits are
-    /// (`Backend::sample`, the definition of `tf_backend::sample::sample_row`): a GPU copies
-    /// back 4 bytes a row. For rows without penalties whose logits nobody reads; the same
-    /// tokens as `Sampler::sample` on `forward`'s rows.
+    /// its [`Draw`] (`draws[i]` for logit row `i`) after its [`Penalties`] (`penalties`
+    /// empty: none; else one a row), sampled where the logits are (`Backend::sample`, the
+    /// definitions of `Penalties::apply` and `tf_backend::sample::sample_row`): a GPU copies
+    /// back 4 bytes a row. For rows whose logits nobody reads; the same tokens as
+    /// `Sampler::sample` on `forward`'s rows.
     fn forward_sample(
         &mut self,
         kv: &mut B::Kv,
         batch: &BatchMeta,
         draws: &[Draw],
+        penalties: &[Penalties<'_>],
     ) -> Result<Vec<u32>> {
-        let logits = self.forward(kv, batch)?;
+        let mut logits = self.forward(kv, batch)?;
         let vocab = self.spec().vocab_size.max(1);
-        if logits.len() != vocab * draws.len() {
+        if logits.len() != vocab * draws.len()
+            || !(penalties.is_empty() || penalties.len() == draws.len())
+        {
             return Err(EngineError::Refused(format!(
-                "forward_sample: {} draws for {} logit rows",
+                "forward_sample: {} draws and {} penalty rows for {} logit rows",
                 draws.len(),
+                penalties.len(),
                 logits.len() / vocab
             )));
         }
-        Ok(logits.chunks_exact(vocab).zip(draws).map(|(r, d)| sample_row(r, d)).collect())
+        let rows = logits.chunks_exact_mut(vocab).enumerate().zip(draws);
+        let tokens = rows.map(|((i, r), d)| {
+            penalties.get(i).inspect(|p| p.apply(r));
+            sample_row(r, d)
+        });
+        Ok(tokens.collect())
     }
 }
 

@@ -15,6 +15,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use tf_backend::penalty::{Penalties, Seen};
 use tf_backend::sample::Draw;
 use tf_backend::{Backend, BatchMeta, SeqMeta};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
@@ -203,6 +204,8 @@ struct Lane {
     computed: usize,
     table: Vec<BlockId>,
     cached_tokens: usize,
+    /// The ids so far with their output counts, for a sampler with penalties.
+    seen: Option<Seen>,
 }
 
 struct Worker<B: Backend> {
@@ -300,6 +303,7 @@ impl<B: Backend> Worker<B> {
             let cached_tokens = reused.len() * self.cfg.block_size;
             let table = reused.into_iter().chain(fresh).collect();
             let prompt_len = prompt.len();
+            let seen = job.sampler.uses_penalties().then(|| Seen::new(&prompt));
             self.lanes.push(Lane {
                 job,
                 tokens: prompt,
@@ -307,6 +311,7 @@ impl<B: Backend> Worker<B> {
                 computed: cached_tokens,
                 table,
                 cached_tokens,
+                seen,
             });
         }
         if self.lanes.len() > first {
@@ -337,38 +342,38 @@ impl<B: Backend> Worker<B> {
                 meta.logit_rows.push(meta.tokens.len() as u32 - 1);
             }
         }
-        // No row choosing a token has penalties: the device chooses the tokens (its argmax
-        // when every such row is greedy, else `Backend::sample` under each row's draw; the
-        // host sampler's tokens by construction) and no logits are copied back.
+        // The backend chooses the tokens where the logits are (its argmax when every choosing
+        // row is greedy without penalties, else `Backend::sample` under each row's draw and
+        // penalties: the host sampler's tokens by construction); no logits come back.
         let choosing =
             || plan.pieces.iter().filter(|p| p.wants_logits).map(|p| &self.lanes[p.lane]);
-        let greedy = choosing().all(|l| !costly(l));
-        let draws: Option<Vec<Draw>> = choosing()
-            .map(|l| {
-                let s = &l.job.sampler;
-                (!s.uses_penalties()).then(|| s.draw(l.tokens.len() as u64))
-            })
-            .collect();
+        let greedy = choosing().all(|l| crate::generate::device_greedy(&l.job.sampler));
+        let draws: Vec<Draw> =
+            choosing().map(|l| l.job.sampler.draw(l.tokens.len() as u64)).collect();
+        let penalties: Vec<Penalties<'_>> = if choosing().any(|l| l.seen.is_some()) {
+            choosing()
+                .map(|l| l.seen.as_ref().map_or(Penalties::NONE, |s| l.job.sampler.penalties(s)))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let t0 = Instant::now();
-        let result = match (greedy, draws) {
-            (true, _) => self.model.forward_greedy(&mut self.kv, &meta).map(Step::Tokens),
-            (false, Some(d)) => {
-                self.model.forward_sample(&mut self.kv, &meta, &d).map(Step::Tokens)
-            }
-            (false, None) => self.model.forward(&mut self.kv, &meta).map(Step::Logits),
+        let result = if greedy {
+            self.model.forward_greedy(&mut self.kv, &meta)
+        } else {
+            self.model.forward_sample(&mut self.kv, &meta, &draws, &penalties)
         };
         let secs = t0.elapsed().as_secs_f64();
         if let Ok(mut st) = self.shared.stats.lock() {
             st.steps_total += 1;
             st.step_seconds_total += secs;
         }
-        let out = match result {
-            Ok(o) => o,
+        let tokens = match result {
+            Ok(t) => t,
             Err(e) => return self.fail_all(&e.to_string()),
         };
-        let vocab = self.model.spec().vocab_size;
-        // (lane, logits row) of each piece that chooses a next token, in logits-row order.
-        let mut picks: Vec<(usize, usize)> = Vec::new();
+        // The lane of each piece that chooses a next token, in logits-row order.
+        let mut picks: Vec<usize> = Vec::new();
         for p in &plan.pieces {
             let lane = &mut self.lanes[p.lane];
             lane.computed += p.len;
@@ -376,18 +381,11 @@ impl<B: Backend> Worker<B> {
                 self.blocks.register(&lane.tokens[..lane.computed], &lane.table);
             }
             if p.wants_logits {
-                picks.push((p.lane, picks.len()));
+                picks.push(p.lane);
             }
         }
-        let tokens = match out {
-            Step::Tokens(t) => t,
-            Step::Logits(logits) => {
-                let rows = |r: usize| &logits[r * vocab..(r + 1) * vocab];
-                pick_all(&self.lanes, &picks, rows)
-            }
-        };
         let mut done: Vec<(usize, Finish)> = Vec::new();
-        for (&(i, _), tok) in picks.iter().zip(tokens) {
+        for (&i, tok) in picks.iter().zip(tokens) {
             if let Some(f) = accept(&mut self.lanes[i], tok) {
                 done.push((i, f));
             }
@@ -434,77 +432,15 @@ impl<B: Backend> Worker<B> {
     }
 }
 
-/// What a step gave back: the logits rows, or (chosen on the device) their tokens.
-enum Step {
-    Logits(Vec<f32>),
-    Tokens(Vec<u32>),
-}
-
-/// The lane's next token from its logits row (a pure function of the lane and the row).
-fn pick(lane: &Lane, logits: &[f32]) -> u32 {
-    let pos = lane.tokens.len();
-    let (prompt, output) = lane.tokens.split_at(lane.prompt_len);
-    lane.job.sampler.sample(logits, prompt, output, pos as u64)
-}
-
-/// Whether choosing the lane's token costs more than a scan of the row (weights and radix
-/// selections over the vocabulary, ~0.3 ms at 49k entries, against ~30 us for argmax).
-/// Its complement is exactly the rows the device's argmax may choose (`device_greedy`).
-fn costly(lane: &Lane) -> bool {
-    !crate::generate::device_greedy(&lane.job.sampler)
-}
-
-/// The next token of each `(lane, logits row)` in `picks`, in order. Rows whose sampling is
-/// costly are shared among scoped threads when there are two or more of them: the engine
-/// thread would otherwise sort the vocabulary once per sampled sequence, one after another,
-/// while the backend's threads wait. Each token is `pick`'s pure function of its own lane
-/// and row, so which thread computes it changes no token (`concurrent == solo`).
-fn pick_all<'a>(
-    lanes: &[Lane],
-    picks: &[(usize, usize)],
-    rows: impl Fn(usize) -> &'a [f32] + Sync,
-) -> Vec<u32> {
-    let costly_rows = picks.iter().filter(|&&(i, _)| costly(&lanes[i])).count();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(costly_rows);
-    if threads < 2 {
-        return picks.iter().map(|&(i, r)| pick(&lanes[i], rows(r))).collect();
-    }
-    // Costly picks dealt round-robin to the threads; cheap ones stay on this thread.
-    let mut share: Vec<Vec<usize>> = vec![Vec::new(); threads];
-    let mut dealt = 0;
-    for (k, &(i, _)) in picks.iter().enumerate() {
-        if costly(&lanes[i]) {
-            share[dealt % threads].push(k);
-            dealt += 1;
-        } else {
-            share[0].push(k);
-        }
-    }
-    let run = |ks: &[usize]| -> Vec<(usize, u32)> {
-        ks.iter().map(|&k| (k, pick(&lanes[picks[k].0], rows(picks[k].1)))).collect()
-    };
-    let mut out = vec![0u32; picks.len()];
-    std::thread::scope(|scope| {
-        let run = &run;
-        let handles: Vec<_> = share[1..].iter().map(|ks| scope.spawn(move || run(ks))).collect();
-        let mut all = run(&share[0]);
-        for h in handles {
-            // A panic in `pick` is a sampler bug; re-raise it on the engine thread.
-            all.extend(h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
-        }
-        for (k, tok) in all {
-            out[k] = tok;
-        }
-    });
-    out
-}
-
 /// Appends a chosen token to the lane and sends it; returns how the lane finished, if it did.
 fn accept(lane: &mut Lane, tok: u32) -> Option<Finish> {
     if lane.job.req.stop_tokens.contains(&tok) {
         return Some(Finish::Stop);
     }
     lane.tokens.push(tok);
+    if let Some(seen) = lane.seen.as_mut() {
+        seen.push_output(tok);
+    }
     if lane.job.tx.send(Event::Token { id: tok }).is_err() {
         return Some(Finish::Cancelled);
     }
