@@ -4,8 +4,8 @@
 //! Invariants: every refusal is an [`ApiError`] naming the field (`param`) and what was wrong,
 //! never a panic or a 500; numbers are range-checked before any cast (ranges mirror
 //! `SamplingParams::validate`, which runs again as a backstop); `n`, `best_of` and features the
-//! engine lacks (`logprobs`, `echo`, `suffix`, JSON mode, forced tool calls) are refused by name
-//! rather than silently ignored. Unknown fields are ignored, as most OpenAI-compatible servers
+//! engine lacks (`logprobs`, `echo`, `suffix`, `logit_bias`, JSON mode, forced tool calls) are
+//! refused by name rather than silently ignored. Unknown fields are ignored, as most OpenAI-compatible servers
 //! do, so clients that send `user`, `store` or `metadata` work.
 //! Rejected: `#[derive(Deserialize)]` request structs. serde's messages ("invalid type:
 //! string, expected f32 at line 1 column 40") lose the field name OpenAI's `param` carries;
@@ -146,6 +146,11 @@ fn refuse_unsupported(f: &Fields<'_>, endpoint: Endpoint) -> Result<(), ApiError
                 return unsupported("suffix", "");
             }
         }
+    }
+    // OpenAI's per-token biases: not applied yet, so refused rather than silently ignored
+    // (an empty map, which some clients send by default, changes nothing).
+    if f.object("logit_bias")?.is_some_and(|m| !m.is_empty()) {
+        return unsupported("logit_bias", "(a non-empty map)");
     }
     if let Some(format) = f.object("response_format")? {
         if Fields(format).str("type")? != Some("text") {

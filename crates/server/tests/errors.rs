@@ -49,6 +49,8 @@ async fn bad_fields_are_400_naming_the_field() {
         (json!({"messages": msgs(), "draft": "no"}), "draft"),
         (json!({"messages": msgs(), "logprobs": true}), "logprobs"),
         (json!({"messages": msgs(), "tool_choice": "required"}), "tool_choice"),
+        (json!({"messages": msgs(), "logit_bias": {"50": -100}}), "logit_bias"),
+        (json!({"messages": msgs(), "logit_bias": [1]}), "logit_bias"),
         (
             json!({"messages": msgs(), "response_format": {"type": "json_object"}}),
             "response_format",
@@ -91,6 +93,7 @@ async fn completion_prompts_are_checked() {
         json!({"prompt": "x", "best_of": 3}),
         json!({"prompt": "x", "logprobs": 2}),
         json!({"prompt": "x", "suffix": "tail"}),
+        json!({"prompt": "x", "logit_bias": {"7": 1.5}}),
     ] {
         let r = post(&app, "/v1/completions", &body).await;
         assert_eq!(r.status, 400, "{body}");
@@ -274,7 +277,7 @@ async fn no_field_value_causes_a_server_error() {
         "repetition_penalty": 1, "seed": 1, "stop": ["x"], "n": 1, "stream": false,
         "stream_options": {"include_usage": true}, "return_token_ids": true, "draft": false,
         "max_completion_tokens": 4, "tools": [], "chat_template_kwargs": {},
-        "add_generation_prompt": true, "ignore_eos": false,
+        "add_generation_prompt": true, "ignore_eos": false, "logit_bias": {},
     });
     let wrong = [
         json!(null),
