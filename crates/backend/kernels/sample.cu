@@ -390,11 +390,13 @@ sample_rows(const void* logits, int is_f32, const u64* prm, u64* wbuf, u32* out,
 // the definition of crates/backend/src/penalty.rs operation for operation: a positive logit
 // divided by the repetition penalty, any other multiplied (when it is not 1), then (when
 // presence or frequency is not 0, for ids generated n > 0 times) v - (presence + frequency n),
-// every operation rounded once (__f*_rn: nothing contracted into an fma), so each value is the
-// host's bit for bit. sample_rows then reads `dst` as f32 rows. One block per row; the copy,
-// a barrier, then one thread per penalized id (each id at most once a row: no two threads
-// write one element). Per-row parameters `pen`, 3 u64 a row: repetition | presence << 32 (f32
-// bits), frequency | count << 32, the row's first entry in `seen`; `seen` holds id | n << 32.
+// then v + b for each biased id (logit_bias), every operation rounded once (__f*_rn: nothing
+// contracted into an fma), so each value is the host's bit for bit. sample_rows then reads
+// `dst` as f32 rows. One block per row; the copy, a barrier, one thread per penalized id, a
+// barrier, one thread per biased id (each id at most once a pass: no two threads write one
+// element at once). Per-row parameters `pen`, 4 u64 a row: repetition | presence << 32 (f32
+// bits), frequency | count << 32, the row's first penalized entry, its first biased entry |
+// their count << 32; entries are id | n << 32 (penalized) or id | bias bits << 32 (biased).
 
 __device__ __forceinline__ float penalize_value(float v, u32 n, float rep, float pres, float freq) {
     if (rep != 1.0f) v = v > 0.0f ? __fdiv_rn(v, rep) : __fmul_rn(v, rep);
@@ -414,13 +416,20 @@ penalize_rows(const void* logits, int is_f32, const u64* pen, const u64* seen, f
         dst[base + id] = ld_act(logits, base + id, is_f32);
     }
     __syncthreads();
-    const float rep = __uint_as_float((u32)pen[3 * row]);
-    const float pres = __uint_as_float((u32)(pen[3 * row] >> 32));
-    const float freq = __uint_as_float((u32)pen[3 * row + 1]);
-    const u32 count = (u32)(pen[3 * row + 1] >> 32);
-    const u64* ids = seen + pen[3 * row + 2];
+    const u64* p = pen + 4 * row;
+    const float rep = __uint_as_float((u32)p[0]), pres = __uint_as_float((u32)(p[0] >> 32));
+    const float freq = __uint_as_float((u32)p[1]);
+    const u32 count = (u32)(p[1] >> 32), biased = (u32)(p[3] >> 32);
+    const u64* ids = seen + p[2];
     for (u32 j = threadIdx.x; j < count; j += blockDim.x) {
         const u32 id = (u32)ids[j], n = (u32)(ids[j] >> 32);
         if (id < cols) dst[base + id] = penalize_value(dst[base + id], n, rep, pres, freq);
+    }
+    __syncthreads();
+    const u64* bias = seen + (u32)p[3];
+    for (u32 j = threadIdx.x; j < biased; j += blockDim.x) {
+        const u32 id = (u32)bias[j];
+        const float b = __uint_as_float((u32)(bias[j] >> 32));
+        if (id < cols) dst[base + id] = __fadd_rn(dst[base + id], b);
     }
 }

@@ -1,15 +1,16 @@
 //! Logit penalties, applied to a row of f32 logits before [`crate::sample::sample_row`]:
 //! HF `generate`'s repetition penalty over every id of the prompt and the output (a positive
 //! logit divided by it, any other multiplied), then OpenAI's presence and frequency penalties
-//! over the output's ids (`v - (presence + frequency n)`, `n` the id's count in the output).
+//! over the output's ids (`v - (presence + frequency n)`, `n` the id's count in the output),
+//! then OpenAI's `logit_bias` (`v + b` for each biased id).
 //! Written once here and once in CUDA (`kernels/sample.cu`, `penalize_rows`) with the same f32
 //! operations, each rounded once (the kernel spells them `__fdiv_rn`, `__fmul_rn`,
 //! `__fadd_rn`, `__fsub_rn`, so nothing is contracted into an fma), so the device's penalized
 //! row is the host's bit for bit and its token the host sampler's.
 //!
 //! A row's ids come as one ascending list of `(id, output count)` ([`Seen`]), each id once,
-//! so each logit is touched at most once and the order of ids cannot matter; ids past the row
-//! are ignored.
+//! and its biases as one ascending list of `(id, bias)`, each id once: each logit is touched
+//! at most once a pass, so the order of ids cannot matter; ids past the row are ignored.
 
 use crate::error::{BackendError, Result};
 
@@ -24,18 +25,21 @@ pub struct Penalties<'a> {
     pub frequency: f32,
     /// Every id of the prompt and the output once, ascending, with its count in the output.
     pub seen: &'a [(u32, u32)],
+    /// Added after the penalties: ids ascending, each once.
+    pub bias: &'a [(u32, f32)],
 }
 
 impl Penalties<'static> {
     /// No penalty.
     pub const NONE: Penalties<'static> =
-        Penalties { repetition: 1.0, presence: 0.0, frequency: 0.0, seen: &[] };
+        Penalties { repetition: 1.0, presence: 0.0, frequency: 0.0, seen: &[], bias: &[] };
 }
 
 impl Penalties<'_> {
     /// Whether applying these changes no logit.
     pub fn is_off(&self) -> bool {
-        self.seen.is_empty() || !(self.repetition != 1.0 || self.additive())
+        self.bias.is_empty()
+            && (self.seen.is_empty() || !(self.repetition != 1.0 || self.additive()))
     }
 
     fn additive(&self) -> bool {
@@ -64,6 +68,11 @@ impl Penalties<'_> {
                 *v = self.value(*v, n);
             }
         }
+        for &(id, b) in self.bias {
+            if let Some(v) = row.get_mut(id as usize) {
+                *v += b;
+            }
+        }
     }
 }
 
@@ -76,10 +85,12 @@ pub(crate) fn check(rows: usize, penalties: &[Penalties<'_>]) -> Result<()> {
         ));
     }
     for (r, p) in penalties.iter().enumerate() {
-        if p.seen.windows(2).any(|w| w[0].0 >= w[1].0) {
+        if p.seen.windows(2).any(|w| w[0].0 >= w[1].0)
+            || p.bias.windows(2).any(|w| w[0].0 >= w[1].0)
+        {
             return Err(BackendError::shape(
                 "sample",
-                format!("row {r}'s penalized ids are not strictly ascending"),
+                format!("row {r}'s penalized or biased ids are not strictly ascending"),
             ));
         }
     }
@@ -137,7 +148,7 @@ mod tests {
 
     #[test]
     fn value_follows_hf_then_openai() {
-        let p = Penalties { repetition: 2.0, presence: 0.5, frequency: 0.25, seen: &[] };
+        let p = Penalties { repetition: 2.0, presence: 0.5, frequency: 0.25, ..Penalties::NONE };
         assert_eq!(p.value(3.0, 0), 1.5);
         assert_eq!(p.value(-3.0, 0), -6.0);
         assert_eq!(p.value(3.0, 2), 1.5 - (0.5 + 0.5));
@@ -148,18 +159,27 @@ mod tests {
     #[test]
     fn apply_touches_seen_ids_only_and_ignores_ids_past_the_row() {
         let seen = [(0, 1), (2, 0), (9, 4)];
-        let p = Penalties { repetition: 1.0, presence: 1.0, frequency: 0.0, seen: &seen };
+        let p = Penalties { presence: 1.0, seen: &seen, ..Penalties::NONE };
         let mut row = [1.0, 1.0, 1.0];
         p.apply(&mut row);
         assert_eq!(row, [0.0, 1.0, 1.0]);
         assert!(Penalties { seen: &seen, ..Penalties::NONE }.is_off());
         assert!(!p.is_off());
+        // The bias comes after the penalty, on the penalized value.
+        let bias = [(0, 0.5), (1, -100.0), (50, 3.0)];
+        let pb = Penalties { bias: &bias, ..p };
+        let mut row = [1.0, 1.0, 1.0];
+        pb.apply(&mut row);
+        assert_eq!(row, [0.5, -99.0, 1.0]);
+        assert!(!Penalties { bias: &bias, ..Penalties::NONE }.is_off());
     }
 
     #[test]
     fn check_refuses_unsorted_ids_and_wrong_row_counts() {
         let bad = [(3, 0), (3, 1)];
         let p = Penalties { seen: &bad, ..Penalties::NONE };
+        assert!(check(1, &[p]).is_err());
+        let p = Penalties { bias: &[(4, 1.0), (2, 1.0)], ..Penalties::NONE };
         assert!(check(1, &[p]).is_err());
         assert!(check(2, &[Penalties::NONE]).is_err());
         assert!(check(2, &[]).is_ok());

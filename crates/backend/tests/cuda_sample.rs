@@ -6,7 +6,8 @@
 //! token is the same alone as in a batch of 64. Prints the kernel time per row.
 //!
 //! Penalized rows (`penalize_rows` before `sample_rows`): random repetition / presence /
-//! frequency penalties over random histories (prompt ids, output ids with repeats), greedy
+//! frequency penalties over random histories (prompt ids, output ids with repeats) and random
+//! logit biases (bans, boosts, ids past the row, ids also penalized), greedy
 //! and sampled, f32 and bf16 logits tensors, rows with and without penalties in one call,
 //! against `Penalties::apply` + `sample_row` on the host. Each penalized value is checked
 //! exactly by ties: the greedy token between the penalized id and an unpenalized id holding
@@ -128,7 +129,7 @@ fn history(g: &mut Rng, cols: usize) -> Seen {
     Seen::of(&prompt, &output)
 }
 
-fn penalties<'a>(g: &mut Rng, seen: &'a Seen) -> Penalties<'a> {
+fn penalties<'a>(g: &mut Rng, seen: &'a Seen, bias: &'a [(u32, f32)]) -> Penalties<'a> {
     if g.next_u64().is_multiple_of(5) {
         return Penalties::NONE;
     }
@@ -137,7 +138,26 @@ fn penalties<'a>(g: &mut Rng, seen: &'a Seen) -> Penalties<'a> {
         presence: [0.0, 0.0, 0.4, -0.6, 2.0][(g.next_u64() % 5) as usize],
         frequency: [0.0, 0.1, 0.3, -1.0, 1.7][(g.next_u64() % 5) as usize],
         seen: seen.as_slice(),
+        bias: if g.next_u64().is_multiple_of(2) { bias } else { &[] },
     }
+}
+
+/// A random logit bias over `cols` ids (some past the row, some of them penalized ids too).
+fn biases(g: &mut Rng, cols: usize, seen: &Seen) -> Vec<(u32, f32)> {
+    let mut b: Vec<(u32, f32)> = (0..g.next_u64() % 40)
+        .map(|k| {
+            let id = match k % 3 {
+                0 if !seen.as_slice().is_empty() => {
+                    seen.as_slice()[(g.next_u64() % seen.as_slice().len() as u64) as usize].0
+                }
+                _ => (g.next_u64() % (cols as u64 + 4)) as u32,
+            };
+            (id, [-100.0, -3.5, 0.25, 1.0, 7.0, 100.0][(g.next_u64() % 6) as usize])
+        })
+        .collect();
+    b.sort_by_key(|e| e.0);
+    b.dedup_by_key(|e| e.0);
+    b
 }
 
 #[test]
@@ -157,7 +177,10 @@ fn gpu_penalized_sample_is_the_host_definition() {
             }
             let draws: Vec<Draw> = (0..rows).map(|_| draw(&mut rng)).collect();
             let seen: Vec<Seen> = (0..rows).map(|_| history(&mut rng, cols)).collect();
-            let pens: Vec<Penalties<'_>> = seen.iter().map(|s| penalties(&mut rng, s)).collect();
+            let bias: Vec<Vec<(u32, f32)>> =
+                seen.iter().map(|s| biases(&mut rng, cols, s)).collect();
+            let pens: Vec<Penalties<'_>> =
+                seen.iter().zip(&bias).map(|(s, b)| penalties(&mut rng, s, b)).collect();
             let t = if bf16 {
                 let b: Vec<u16> = v.iter().map(|x| (x.to_bits() >> 16) as u16).collect();
                 g.upload_bf16(rows, cols, &b).expect("upload")
@@ -245,7 +268,7 @@ fn gpu_penalty_values_are_the_host_values_by_ties() {
             repetition: (0.5 + rng.uniform() * 2.0) as f32,
             presence: ((rng.uniform() - 0.5) * 4.0) as f32,
             frequency: ((rng.uniform() - 0.5) * 4.0) as f32,
-            seen: &[],
+            ..Penalties::NONE
         };
         cases.push((x, n, p, p.value(x, n)));
     }

@@ -249,13 +249,9 @@ enum Next {
 }
 
 /// Whether a row sampled by `s` needs only the argmax of its logits: temperature 0 and no
-/// penalty (the sampler then returns `argmax` of the unmodified row).
+/// penalty or bias (the sampler then returns `argmax` of the unmodified row).
 pub(crate) fn device_greedy(s: &Sampler) -> bool {
-    let p = &s.params;
-    p.temperature == 0.0
-        && p.repetition_penalty == 1.0
-        && p.presence_penalty == 0.0
-        && p.frequency_penalty == 0.0
+    s.params.temperature == 0.0 && !s.uses_penalties()
 }
 
 /// A step of consecutive tokens of one sequence starting at `start`; logits of the last row

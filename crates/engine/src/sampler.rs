@@ -39,6 +39,9 @@ pub struct SamplingParams {
     /// OpenAI semantics, -2..2.
     pub presence_penalty: f32,
     pub frequency_penalty: f32,
+    /// OpenAI's `logit_bias`: added to the logits after the penalties; ids strictly
+    /// ascending, biases -100..=100. Empty means off.
+    pub logit_bias: Vec<(u32, f32)>,
     pub seed: u64,
 }
 
@@ -52,6 +55,7 @@ impl Default for SamplingParams {
             repetition_penalty: 1.0,
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
+            logit_bias: Vec::new(),
             seed: 0,
         }
     }
@@ -87,13 +91,24 @@ impl SamplingParams {
                 return bad(f, v, "-2 to 2");
             }
         }
+        if let Some(&(_, b)) = self.logit_bias.iter().find(|e| !(-100.0..=100.0).contains(&e.1)) {
+            return bad("logit_bias", b, "-100 to 100");
+        }
+        if self.logit_bias.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(EngineError::Refused("logit_bias: token ids must be distinct".into()));
+        }
         Ok(())
     }
 
-    fn uses_penalties(&self) -> bool {
+    /// Whether any of the repetition, presence and frequency penalties is on.
+    fn uses_seen(&self) -> bool {
         self.repetition_penalty != 1.0
             || self.presence_penalty != 0.0
             || self.frequency_penalty != 0.0
+    }
+
+    fn uses_penalties(&self) -> bool {
+        self.uses_seen() || !self.logit_bias.is_empty()
     }
 }
 
@@ -121,17 +136,16 @@ impl Sampler {
         sample_row(logits, &self.draw(position))
     }
 
-    /// This sampler's penalties over the ids `seen` so far (the prompt's and the output's).
-    pub fn penalties<'a>(&self, seen: &'a Seen) -> Penalties<'a> {
+    /// This sampler's penalties over the ids `seen` so far (the prompt's and the output's),
+    /// and its logit bias.
+    pub fn penalties<'a>(&'a self, seen: &'a Seen) -> Penalties<'a> {
         let p = &self.params;
-        if !p.uses_penalties() {
-            return Penalties::NONE;
-        }
         Penalties {
             repetition: p.repetition_penalty,
             presence: p.presence_penalty,
             frequency: p.frequency_penalty,
-            seen: seen.as_slice(),
+            seen: if p.uses_seen() { seen.as_slice() } else { &[] },
+            bias: &p.logit_bias,
         }
     }
 
@@ -227,9 +241,31 @@ mod tests {
         let plain = Sampler::new(SamplingParams::default()).unwrap();
         assert_eq!(plain.penalties(&seen), Penalties::NONE);
         let p = SamplingParams { repetition_penalty: 1.2, frequency_penalty: 0.5, ..sampled(3) };
-        let pen = Sampler::new(p).unwrap().penalties(&seen);
+        let sampler = Sampler::new(p).unwrap();
+        let pen = sampler.penalties(&seen);
         assert_eq!(pen.seen, &[(2, 1), (4, 0)]);
         assert_eq!((pen.repetition, pen.presence, pen.frequency), (1.2, 0.0, 0.5));
+        let b = SamplingParams { logit_bias: vec![(1, -100.0)], ..sampled(3) };
+        let s = Sampler::new(b).unwrap();
+        assert!(s.uses_penalties());
+        assert_eq!(
+            (s.penalties(&seen).seen, s.penalties(&seen).bias),
+            (&[][..], &[(1, -100.0)][..])
+        );
+    }
+
+    #[test]
+    fn logit_bias_bans_and_forces_tokens() {
+        let logits = [2.0, 1.9, -1.0];
+        let ban = SamplingParams { logit_bias: vec![(0, -100.0)], ..Default::default() };
+        assert_eq!(Sampler::new(ban).unwrap().sample(&logits, &[], &[], 0), 1);
+        let force = SamplingParams { logit_bias: vec![(2, 100.0)], ..sampled(4) };
+        let s = Sampler::new(force).unwrap();
+        assert!((0..50).all(|pos| s.sample(&logits, &[], &[], pos) == 2));
+        let bad = SamplingParams { logit_bias: vec![(0, 101.0)], ..Default::default() };
+        assert!(Sampler::new(bad).unwrap_err().to_string().contains("logit_bias"));
+        let dup = SamplingParams { logit_bias: vec![(3, 1.0), (3, 2.0)], ..Default::default() };
+        assert!(Sampler::new(dup).is_err());
     }
 
     #[test]

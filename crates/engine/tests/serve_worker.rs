@@ -183,6 +183,27 @@ fn penalized_requests_equal_the_host_sampler_alone_and_together() {
     let (again, usage) = collect(many.submit(reqs[3].clone()).unwrap());
     assert!(usage.cached_tokens > 0, "{usage:?}");
     assert_eq!(again, solo[3], "penalized: resumed != fresh");
+    // logit_bias: the plain greedy reply's first token banned, another boosted; the worker
+    // equals the host sampler and the ban holds.
+    let mut plain_req = request(11, 33, false);
+    plain_req.max_tokens = 6;
+    let plain_toks = collect(solo_engine.submit(plain_req.clone()).unwrap()).0;
+    let mut biased = plain_req.clone();
+    let (first, boost) = (plain_toks[0], plain_toks[0] ^ 1);
+    biased.sampling.logit_bias = vec![(first.min(boost), 0.0), (first.max(boost), 0.0)];
+    for e in biased.sampling.logit_bias.iter_mut() {
+        e.1 = if e.0 == first { -100.0 } else { 2.5 };
+    }
+    let got = collect(solo_engine.submit(biased.clone()).unwrap()).0;
+    assert_ne!(got[0], first, "a -100 bias left the token first");
+    let g = GenRequest {
+        prompt: &biased.prompt,
+        max_tokens: biased.max_tokens,
+        sampler: Sampler::new(biased.sampling.clone()).unwrap(),
+        stop_tokens: &[],
+        chunk: 24,
+    };
+    assert_eq!(got, gen.generate(&g, &mut |_, _| true).unwrap().0, "biased: engine != host");
     // A planted difference: without its penalty the first request's reply changes.
     let mut bare = reqs[0].clone();
     bare.sampling.repetition_penalty = 1.0;

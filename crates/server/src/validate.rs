@@ -4,8 +4,8 @@
 //! Invariants: every refusal is an [`ApiError`] naming the field (`param`) and what was wrong,
 //! never a panic or a 500; numbers are range-checked before any cast (ranges mirror
 //! `SamplingParams::validate`, which runs again as a backstop); `n`, `best_of` and features the
-//! engine lacks (`logprobs`, `echo`, `suffix`, `logit_bias`, JSON mode, forced tool calls) are
-//! refused by name rather than silently ignored. Unknown fields are ignored, as most OpenAI-compatible servers
+//! engine lacks (`logprobs`, `echo`, `suffix`, JSON mode, forced tool calls) are refused by
+//! name rather than silently ignored. Unknown fields are ignored, as most OpenAI-compatible servers
 //! do, so clients that send `user`, `store` or `metadata` work.
 //! Rejected: `#[derive(Deserialize)]` request structs. serde's messages ("invalid type:
 //! string, expected f32 at line 1 column 40") lose the field name OpenAI's `param` carries;
@@ -61,6 +61,8 @@ pub const COMPLETION_DEFAULT_MAX_TOKENS: usize = 16;
 /// Most stop strings per request, and the longest one, bytes.
 pub const MAX_STOP_STRINGS: usize = 16;
 pub const MAX_STOP_BYTES: usize = 1024;
+/// Most `logit_bias` entries per request.
+pub const MAX_LOGIT_BIAS: usize = 1024;
 
 /// Validates a request body for `endpoint`.
 pub fn plan(endpoint: Endpoint, body: &[u8], ctx: &ValidateCtx<'_>) -> Result<Plan, ApiError> {
@@ -100,7 +102,10 @@ pub fn plan(endpoint: Endpoint, body: &[u8], ctx: &ValidateCtx<'_>) -> Result<Pl
         request: GenerateRequest {
             prompt,
             max_tokens,
-            sampling: sampling(&f, ctx.defaults)?,
+            sampling: SamplingParams {
+                logit_bias: logit_bias(&f, ctx.vocab_size)?,
+                ..sampling(&f, ctx.defaults)?
+            },
             stop_tokens,
             use_prompt_cache: true,
         },
@@ -147,11 +152,6 @@ fn refuse_unsupported(f: &Fields<'_>, endpoint: Endpoint) -> Result<(), ApiError
             }
         }
     }
-    // OpenAI's per-token biases: not applied yet, so refused rather than silently ignored
-    // (an empty map, which some clients send by default, changes nothing).
-    if f.object("logit_bias")?.is_some_and(|m| !m.is_empty()) {
-        return unsupported("logit_bias", "(a non-empty map)");
-    }
     if let Some(format) = f.object("response_format")? {
         if Fields(format).str("type")? != Some("text") {
             return unsupported("response_format", "other than {\"type\": \"text\"}");
@@ -180,6 +180,35 @@ fn max_tokens(
     })
 }
 
+/// OpenAI's `logit_bias`: a map from token ids (as strings) to biases in -100..=100, added to
+/// the logits before sampling. Returned ascending by id; an id named twice ("7" and "07") is
+/// refused.
+fn logit_bias(f: &Fields<'_>, vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+    let Some(map) = f.object("logit_bias")? else { return Ok(Vec::new()) };
+    let field = |msg: String| ApiError::field("logit_bias", msg);
+    if map.len() > MAX_LOGIT_BIAS {
+        return Err(field(format!(
+            "`logit_bias` has {} entries, at most {MAX_LOGIT_BIAS}",
+            map.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(map.len());
+    for (k, v) in map {
+        let id = k.parse::<u32>().ok().filter(|&id| (id as usize) < vocab).ok_or_else(|| {
+            field(format!("`logit_bias` key {k:?} is not a token id below {vocab}"))
+        })?;
+        let b = v.as_f64().filter(|b| (-100.0..=100.0).contains(b)).ok_or_else(|| {
+            field(format!("`logit_bias[{k:?}]` must be a number from -100 to 100, got {v}"))
+        })?;
+        out.push((id, b as f32));
+    }
+    out.sort_by_key(|e| e.0);
+    if let Some(w) = out.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(field(format!("`logit_bias` names token {} twice", w[0].0)));
+    }
+    Ok(out)
+}
+
 fn sampling(f: &Fields<'_>, defaults: &SamplingParams) -> Result<SamplingParams, ApiError> {
     let d = defaults;
     let top_k = match f.int("top_k", -1, i64::from(u32::MAX))? {
@@ -204,6 +233,7 @@ fn sampling(f: &Fields<'_>, defaults: &SamplingParams) -> Result<SamplingParams,
         repetition_penalty: repetition_penalty.unwrap_or(d.repetition_penalty),
         presence_penalty: f.float("presence_penalty", -2.0, 2.0)?.unwrap_or(d.presence_penalty),
         frequency_penalty: f.float("frequency_penalty", -2.0, 2.0)?.unwrap_or(d.frequency_penalty),
+        logit_bias: Vec::new(),
         seed: match f.seed("seed")? {
             Some(s) => s,
             None => random_seed(),

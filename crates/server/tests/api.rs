@@ -88,6 +88,7 @@ async fn sampling_fields_reach_the_engine() {
         "temperature": 0.7, "top_p": 0.9, "top_k": 40, "min_p": 0.05,
         "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1,
         "seed": -1, "n": 1, "draft": false, "user": "ignored", "logprobs": false,
+        "logit_bias": {"9": -100, "3": 2.5},
     });
     assert_eq!(chat(&app(&engine), body).await.status, 200);
     let req = engine.last_request();
@@ -96,6 +97,7 @@ async fn sampling_fields_reach_the_engine() {
     assert_eq!((s.temperature, s.top_p, s.top_k, s.min_p), (0.7, 0.9, 40, 0.05));
     assert_eq!((s.presence_penalty, s.frequency_penalty, s.repetition_penalty), (0.5, -0.5, 1.1));
     assert_eq!(s.seed, u64::MAX, "-1 as two's complement");
+    assert_eq!(s.logit_bias, vec![(3, 2.5), (9, -100.0)], "ascending by id");
     assert!(req.use_prompt_cache);
 
     let body = json!({"messages": messages(), "top_k": -1, "seed": 42, "ignore_eos": true});

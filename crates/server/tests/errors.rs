@@ -49,7 +49,12 @@ async fn bad_fields_are_400_naming_the_field() {
         (json!({"messages": msgs(), "draft": "no"}), "draft"),
         (json!({"messages": msgs(), "logprobs": true}), "logprobs"),
         (json!({"messages": msgs(), "tool_choice": "required"}), "tool_choice"),
-        (json!({"messages": msgs(), "logit_bias": {"50": -100}}), "logit_bias"),
+        (json!({"messages": msgs(), "logit_bias": {"x": -100}}), "logit_bias"),
+        (json!({"messages": msgs(), "logit_bias": {"-3": 1}}), "logit_bias"),
+        (json!({"messages": msgs(), "logit_bias": {"99999999": 1}}), "logit_bias"),
+        (json!({"messages": msgs(), "logit_bias": {"50": 101}}), "logit_bias"),
+        (json!({"messages": msgs(), "logit_bias": {"50": "high"}}), "logit_bias"),
+        (json!({"messages": msgs(), "logit_bias": {"7": 1, "07": 2}}), "logit_bias"),
         (json!({"messages": msgs(), "logit_bias": [1]}), "logit_bias"),
         (
             json!({"messages": msgs(), "response_format": {"type": "json_object"}}),
@@ -93,7 +98,7 @@ async fn completion_prompts_are_checked() {
         json!({"prompt": "x", "best_of": 3}),
         json!({"prompt": "x", "logprobs": 2}),
         json!({"prompt": "x", "suffix": "tail"}),
-        json!({"prompt": "x", "logit_bias": {"7": 1.5}}),
+        json!({"prompt": "x", "logit_bias": {"7": "1.5"}}),
     ] {
         let r = post(&app, "/v1/completions", &body).await;
         assert_eq!(r.status, 400, "{body}");

@@ -13,15 +13,16 @@
 //!
 //! Output: the greedy token of each row, then its tokens under `DRAWS` draws made from the
 //! row's id alone (so gate 3 sees the same draws in any batch), then one token under a draw
-//! with penalties (`crate::penalty`; greedy or sampled, repetition / presence / frequency and
-//! a token history made from the row's id and its exact logits, so its winners are
-//! penalized), as f32 (ids below 2^24 are exact); reference = the lowest id of the maximum,
-//! then `sample::sample_row_sorted` (the definition as written: sort and walk) on the exact
-//! logits, for the penalized draw after the penalties as written (from the history itself:
-//! HF's repetition over every id of it, OpenAI's counts over its output). Gate 2's bound is
-//! 0; the 1%-off control scales the ids (red whenever a sampled row's answer is not id 0);
-//! gate 3 and the row control are the generic ones. Rejected: reading the device's own logits back as the reference input (the check
-//! would then share the device's values instead of knowing them).
+//! with penalties (`crate::penalty`; greedy or sampled, repetition / presence / frequency, a
+//! token history and a logit bias made from the row's id and its exact logits, so its winners
+//! are penalized, banned or outbid), as f32 (ids below 2^24 are exact); reference = the
+//! lowest id of the maximum, then `sample::sample_row_sorted` (the definition as written: sort
+//! and walk) on the exact logits, for the penalized draw after the penalties and biases as
+//! written (from the history itself: HF's repetition over every id of it, OpenAI's counts
+//! over its output). Gate 2's bound is 0; the 1%-off control scales the ids (red whenever a
+//! sampled row's answer is not id 0); gate 3 and the row control are the generic ones.
+//! Rejected: reading the device's own logits back as the reference input (the check would
+//! then share the device's values instead of knowing them).
 
 use super::data::{read, row_batch, Bf16Mat, Rng, Scratch, Table};
 use super::reference::Expect;
@@ -47,10 +48,14 @@ fn draw_of(id: u32, j: usize) -> Draw {
     }
 }
 
-/// The penalized draw of universe row `id` whose exact logits are `row`: its draw, its
-/// penalties (without ids) and its history (prompt, output). The output repeats the row's
-/// first maximum and a few other ids, so the penalties move the winners.
-fn penalized_of(id: u32, row: &[f32]) -> (Draw, Penalties<'static>, Vec<u32>, Vec<u32>) {
+/// What a penalized draw needs: the draw, the penalties (without ids), the history (prompt,
+/// output) and the logit bias.
+type Penalized = (Draw, Penalties<'static>, Vec<u32>, Vec<u32>, Vec<(u32, f32)>);
+
+/// The penalized draw of universe row `id` whose exact logits are `row`. The output repeats
+/// the row's first maximum and a few other ids, and the bias may ban or demote that maximum or
+/// raise another id, so the penalties move the winners.
+fn penalized_of(id: u32, row: &[f32]) -> Penalized {
     let h = (u64::from(id) << 8 | 0xff).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     let pick = |n: u64, k: u32| ((h >> (8 * k)) % n) as usize;
     let mut d = draw_of(id, 7);
@@ -59,7 +64,7 @@ fn penalized_of(id: u32, row: &[f32]) -> (Draw, Penalties<'static>, Vec<u32>, Ve
         repetition: [1.0, 1.3, 0.8, 1.05][pick(4, 2)],
         presence: [0.0, 0.5, -0.5][pick(3, 3)],
         frequency: [0.0, 0.25, 1.0, 0.1][pick(4, 4)],
-        seen: &[],
+        ..Penalties::NONE
     };
     let vocab = row.len().max(1) as u64;
     let mut best = 0;
@@ -73,13 +78,23 @@ fn penalized_of(id: u32, row: &[f32]) -> (Draw, Penalties<'static>, Vec<u32>, Ve
     let prompt: Vec<u32> = (0..24).map(id_at).chain([best as u32]).collect();
     let mut output: Vec<u32> = (0..12).map(|k| id_at(100 + k % 5)).collect();
     output.extend(std::iter::repeat_n(best as u32, 1 + pick(3, 5)));
-    (d, p, prompt, output)
+    let best = best as u32;
+    let mut bias = match pick(4, 6) {
+        0 => vec![],
+        1 => vec![(best, -100.0)],
+        2 => vec![(id_at(7), 3.0), (best, -0.75)],
+        _ => vec![(id_at(9), 0.3)],
+    };
+    bias.sort_by_key(|e| e.0);
+    bias.dedup_by_key(|e| e.0);
+    (d, p, prompt, output, bias)
 }
 
 /// The penalties as written, from a history: every id of prompt and output divided /
 /// multiplied by the repetition penalty once, then each output id's count subtracted with
-/// presence and frequency (f32, each operation rounded once).
-fn penalize_as_written(row: &mut [f32], p: &Penalties<'_>, prompt: &[u32], output: &[u32]) {
+/// presence and frequency, then each bias added (f32, each operation rounded once).
+fn penalize_as_written(row: &mut [f32], h: &Penalized) {
+    let (_, p, prompt, output, bias) = h;
     let mut ids: Vec<u32> = prompt.iter().chain(output).copied().collect();
     ids.sort_unstable();
     ids.dedup();
@@ -91,6 +106,11 @@ fn penalize_as_written(row: &mut [f32], p: &Penalties<'_>, prompt: &[u32], outpu
         }
         if n > 0 && (p.presence != 0.0 || p.frequency != 0.0) {
             *v -= p.presence + p.frequency * n as f32;
+        }
+    }
+    for &(t, b) in bias {
+        if let Some(v) = row.get_mut(t as usize) {
+            *v += b;
         }
     }
 }
@@ -183,9 +203,12 @@ impl<B: Backend> RowCase<B> for ArgmaxCase<B> {
         // them: `Seen`).
         let hist: Vec<_> =
             want.chunks_exact(vocab).zip(ids).map(|(r, &id)| penalized_of(id, r)).collect();
-        let seen: Vec<Seen> = hist.iter().map(|(_, _, p, o)| Seen::of(p, o)).collect();
-        let pens: Vec<Penalties<'_>> =
-            hist.iter().zip(&seen).map(|(h, s)| Penalties { seen: s.as_slice(), ..h.1 }).collect();
+        let seen: Vec<Seen> = hist.iter().map(|(_, _, p, o, _)| Seen::of(p, o)).collect();
+        let pens: Vec<Penalties<'_>> = hist
+            .iter()
+            .zip(&seen)
+            .map(|(h, s)| Penalties { seen: s.as_slice(), bias: &h.4, ..h.1 })
+            .collect();
         let pdraws: Vec<Draw> = hist.iter().map(|h| h.0).collect();
         let penalized = be.sample(&self.logits, ids.len(), &pdraws, &pens)?;
         if penalized.len() != ids.len() {
@@ -216,10 +239,10 @@ impl<B: Backend> RowCase<B> for ArgmaxCase<B> {
             }
             want.push(best as f64);
             want.extend((0..DRAWS).map(|j| f64::from(sample_row_sorted(row, &draw_of(id, j)))));
-            let (d, p, prompt, output) = penalized_of(id, row);
+            let h = penalized_of(id, row);
             let mut own = row.to_vec();
-            penalize_as_written(&mut own, &p, &prompt, &output);
-            want.push(f64::from(sample_row_sorted(&own, &d)));
+            penalize_as_written(&mut own, &h);
+            want.push(f64::from(sample_row_sorted(&own, &h.0)));
         }
         Expect::exact(want)
     }

@@ -17,11 +17,11 @@
 //! Rows with penalties (`crate::penalty`) are sampled here too: `penalize_rows` first copies
 //! every row of the call to an f32 scratch with its penalties applied (the host definition's
 //! f32 operations, each rounded once), then `sample_rows` reads that scratch. The upload is
-//! the rows' parameters (3 u64 a row) and their ascending `(id, output count)` lists (one u64
+//! the rows' parameters (4 u64 a row), their ascending `(id, output count)` lists (one u64
 //! an id, every step: a lane's ids live on the host, so 64 penalized streams of 2,000
-//! distinct ids upload ~1 MB a step, against ~32 MB of logits read back before); nothing but
-//! the tokens comes back. `tests/cuda_sample.rs` checks the tokens against
-//! the host's on penalized rows, the contract unit `sample` on the model's.
+//! distinct ids upload ~1 MB a step, against ~32 MB of logits read back before) and their
+//! `(id, bias)` lists; nothing but the tokens comes back. `tests/cuda_sample.rs` checks the
+//! tokens against the host's on penalized rows, the contract unit `sample` on the model's.
 
 use cudarc::driver::LaunchConfig;
 
@@ -149,7 +149,7 @@ pub(crate) fn sample(
         shared_mem_bytes: 0,
     };
     if penalized {
-        let (pen, seen, dst) = (at(4 * rows), at(7 * rows), at(fofs));
+        let (pen, seen, dst) = (at(4 * rows), at(8 * rows), at(fofs));
         let args = [lp.into(), lf.into(), pen.into(), seen.into(), dst.into(), cols.into()];
         be.launch("penalize_rows", cfg, &args)?;
         (lp, lf) = (dst, 1);
@@ -163,22 +163,36 @@ pub(crate) fn sample(
     Ok(host)
 }
 
-/// Appends `penalize_rows`'s parameters to `prm` (4 u64 a row so far): 3 u64 a row
-/// (repetition | presence << 32, frequency | id count << 32, first entry), then every row's
-/// `id | n << 32` entries. A row without penalties gets repetition 1 and no entries.
+/// Appends `penalize_rows`'s parameters to `prm` (4 u64 a row so far): 4 u64 a row
+/// (repetition | presence << 32, penalized id count << 32 | frequency, first penalized entry,
+/// first biased entry | biased id count << 32), then every row's `id | n << 32` entries, then
+/// every row's `id | bias bits << 32` entries. A row without either gets repetition 1 and no
+/// entries.
 fn pack_penalties(penalties: &[Penalties<'_>], prm: &mut Vec<u64>) {
     let bits = |v: f32| u64::from(v.to_bits());
-    let mut first = 0u64;
-    for p in penalties {
-        let p = if p.is_off() { &Penalties::NONE } else { p };
+    fn on<'a>(p: &Penalties<'a>) -> Penalties<'a> {
+        if p.is_off() {
+            Penalties::NONE
+        } else {
+            *p
+        }
+    }
+    let seen: u64 = penalties.iter().map(|p| on(p).seen.len() as u64).sum();
+    let (mut first, mut first_bias) = (0u64, seen);
+    for p in penalties.iter().map(on) {
         prm.extend([
             bits(p.repetition) | bits(p.presence) << 32,
             bits(p.frequency) | (p.seen.len() as u64) << 32,
             first,
+            first_bias | (p.bias.len() as u64) << 32,
         ]);
         first += p.seen.len() as u64;
+        first_bias += p.bias.len() as u64;
     }
-    for p in penalties.iter().filter(|p| !p.is_off()) {
+    for p in penalties.iter().map(on) {
         prm.extend(p.seen.iter().map(|&(id, n)| u64::from(id) | u64::from(n) << 32));
+    }
+    for p in penalties.iter().map(on) {
+        prm.extend(p.bias.iter().map(|&(id, b)| u64::from(id) | bits(b) << 32));
     }
 }
