@@ -102,10 +102,7 @@ pub fn plan(endpoint: Endpoint, body: &[u8], ctx: &ValidateCtx<'_>) -> Result<Pl
         request: GenerateRequest {
             prompt,
             max_tokens,
-            sampling: SamplingParams {
-                logit_bias: logit_bias(&f, ctx.vocab_size)?,
-                ..sampling(&f, ctx.defaults)?
-            },
+            sampling: sampling(&f, ctx.defaults, ctx.vocab_size)?,
             stop_tokens,
             use_prompt_cache: true,
         },
@@ -209,7 +206,11 @@ fn logit_bias(f: &Fields<'_>, vocab: usize) -> Result<Vec<(u32, f32)>, ApiError>
     Ok(out)
 }
 
-fn sampling(f: &Fields<'_>, defaults: &SamplingParams) -> Result<SamplingParams, ApiError> {
+fn sampling(
+    f: &Fields<'_>,
+    defaults: &SamplingParams,
+    vocab: usize,
+) -> Result<SamplingParams, ApiError> {
     let d = defaults;
     let top_k = match f.int("top_k", -1, i64::from(u32::MAX))? {
         None => d.top_k,
@@ -233,7 +234,7 @@ fn sampling(f: &Fields<'_>, defaults: &SamplingParams) -> Result<SamplingParams,
         repetition_penalty: repetition_penalty.unwrap_or(d.repetition_penalty),
         presence_penalty: f.float("presence_penalty", -2.0, 2.0)?.unwrap_or(d.presence_penalty),
         frequency_penalty: f.float("frequency_penalty", -2.0, 2.0)?.unwrap_or(d.frequency_penalty),
-        logit_bias: Vec::new(),
+        logit_bias: logit_bias(f, vocab)?,
         seed: match f.seed("seed")? {
             Some(s) => s,
             None => random_seed(),
