@@ -273,3 +273,47 @@ __device__ __forceinline__ uint4 norm_chunk(uint4 x, float4 w0, float4 w1, float
     for (int j = 0; j < 8; j++) o[j] = w[j] * rbf(bf8_at(x, j) * r);
     return pack8(o);
 }
+
+// exp(x) as 2^(x log2 e): ex2.approx.f32 (not .ftz: subnormal results kept) is within 2 ulp
+// (under the contract's 2^-20), and the rounding of the scaled argument is the contract's
+// "exp2 argument scaling" term (2u |x|). exp(-inf) = +0, exp(0) = 1 exactly.
+__device__ __forceinline__ float fexp(float x) {
+    float y;
+    asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(__fmul_rn(x, 1.4426950408889634f)));
+    return y;
+}
+
+// The sequential split merge (attention.cu's split merges, attention_combine and the o
+// product's combine prologue, linear_combine.cu): (M, L) <- merge with (m, l);
+// returns the factors (a, c) that O = O a + o c uses.
+__device__ __forceinline__ void merge_ml(float& M, float& L, float m, float l, float& a,
+                                        float& c) {
+    const float mn = fmaxf(M, m);
+    a = fexp(__fsub_rn(M, mn));
+    c = fexp(__fsub_rn(m, mn));
+    L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(l, c));
+    M = mn;
+}
+__device__ __forceinline__ float merge_o(float O, float o, float a, float c) {
+    return __fadd_rn(__fmul_rn(O, a), __fmul_rn(o, c));
+}
+__device__ __forceinline__ float finish(float O, float L) {
+    const float x = __fdiv_rn(O, L);
+    return x == 0.0f ? 0.0f : x;
+}
+// Element d of a (row, head)'s split partials `part` (nz splits of hd + 2 floats: M, L, O)
+// merged in split order 0, 1, ..., nz - 1: bf16(O / L) (attention_combine and the o product's
+// combine prologue, linear_combine.cu).
+__device__ __forceinline__ bf16 merge_splits(const float* part, u32 nz, u32 hd, u32 d) {
+    float M = part[0], L = part[1], O = part[2 + d];
+    // Unrolled so that the loads of several splits are in flight before their merges (the
+    // merges stay one sequential chain in split order).
+#pragma unroll 8
+    for (u32 z = 1; z < nz; z++) {
+        const float* pz = part + z * (hd + 2);
+        float a, c;
+        merge_ml(M, L, pz[0], pz[1], a, c);
+        O = merge_o(O, pz[2 + d], a, c);
+    }
+    return f2bf(finish(O, L));
+}

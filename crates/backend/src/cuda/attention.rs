@@ -304,6 +304,25 @@ fn partials(be: &CudaBackend, len: usize) -> Result<u64> {
 }
 
 pub(crate) fn attention(be: &CudaBackend, a: AttnArgs<'_, CudaBackend>) -> Result<()> {
+    attention_with(be, a, true).map(|_| ())
+}
+
+/// A call's split partials left unmerged (`attention_with` without the combine launch): the
+/// buffer, its split stride and the split length. Rows of one split hold their final values
+/// in the call's output; the others' are the partials' sequential merge.
+pub(crate) struct Unmerged {
+    pub part: u64,
+    pub nsplit: usize,
+    pub split: usize,
+}
+
+/// [`attention`], with the combine launched (`combine`) or left to the caller: then a call in
+/// split mode returns its [`Unmerged`] partials (`fused_combine`).
+pub(crate) fn attention_with(
+    be: &CudaBackend,
+    a: AttnArgs<'_, CudaBackend>,
+    combine: bool,
+) -> Result<Option<Unmerged>> {
     let (kv, batch) = (a.kv, a.batch);
     kv.check_batch("attention", a.layer, batch)?;
     let g = &kv.geom;
@@ -326,21 +345,24 @@ pub(crate) fn attention(be: &CudaBackend, a: AttnArgs<'_, CudaBackend>) -> Resul
             format!("{rows} rows x {} kv heads", a.kv_heads),
         ));
     }
-    if rows > 0 {
-        launch(be, &a, rows, entries)?;
-    }
+    let unmerged = match rows {
+        0 => None,
+        _ => launch(be, &a, rows, entries, combine)?,
+    };
     a.out.rows = rows;
-    Ok(())
+    Ok(unmerged)
 }
 
 /// The launches of one attention call of `rows` rows: a function of the row count, the pool
-/// geometry, the head shape and fixed buffers only (graph capture).
+/// geometry, the head shape and fixed buffers only (graph capture). Without `combine`, a
+/// split-mode call's partials are returned unmerged.
 fn launch(
     be: &CudaBackend,
     a: &AttnArgs<'_, CudaBackend>,
     rows: usize,
     (walk_entry, split_entry): (&'static str, &'static str),
-) -> Result<()> {
+    combine: bool,
+) -> Result<Option<Unmerged>> {
     let g = &a.kv.geom;
     let Plan { split, split_rows, nsplit, split_mode, dec } =
         Plan::of(g, a.heads, rows, (walk_entry, split_entry))?;
@@ -400,6 +422,9 @@ fn launch(
     args.extend(dims.map(KArg::U32));
     args.push(a.scale.into());
     be.launch(name, cfg, &args)?;
+    if split_mode && !combine {
+        return Ok(Some(Unmerged { part, nsplit, split }));
+    }
     if split_mode {
         let (heads, hd, ns) = (a.heads as u32, a.head_dim as u32, nsplit as u32);
         let cfg = LaunchConfig {
@@ -410,7 +435,7 @@ fn launch(
         let args = [out.into(), part.into(), pos.into(), heads.into(), hd.into(), ns.into()];
         be.launch("attention_combine", cfg, &args)?;
     }
-    Ok(())
+    Ok(None)
 }
 
 pub(crate) fn read_kv(

@@ -258,7 +258,9 @@ impl<B: Backend> Llama<B> {
                 &sc.q
             }
         };
-        be.attention(AttnArgs {
+        // Attention and the o product: the split merge in the product's prologue where the
+        // backend can.
+        let a = AttnArgs {
             q,
             kv,
             layer: li,
@@ -268,8 +270,8 @@ impl<B: Backend> Llama<B> {
             head_dim: hd,
             scale: 1.0 / (hd as f32).sqrt(),
             out: &mut sc.attn,
-        })?;
-        be.linear(&sc.attn, &at.o_proj, at.o_bias.as_ref(), &mut sc.proj)?;
+        };
+        be.attention_linear(a, &at.o_proj, at.o_bias.as_ref(), &mut sc.proj)?;
         Ok(())
     }
 
