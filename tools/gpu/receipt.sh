@@ -230,17 +230,18 @@ stage_sample() {
     done
   done
 }
-# Session 29's split merge in the o product's prologue (kernels/linear_combine.cu): its
-# bitwise test (needs .gpu/cuda_fused_combine), check exact's fingerprints with it on (the
-# default) and off, and bench decode alternated.
+# Session 29's split merge in the o product's prologue (kernels/linear_combine.cu, off by
+# default): its bitwise test (needs .gpu/cuda_fused_combine; mismatching calls and controls
+# printed), check exact's fingerprints with it off (the default) and on, bench decode alternated.
 stage_combine() {
-  timeout 300 .gpu/cuda_fused_combine --ignored --nocapture --test-threads 1 2>&1 |
-    grep -E "differ|us a call|test result|panicked|launched" | tail -60
+  TENSORFOLD_COMBINE_FUSE=1 timeout 300 .gpu/cuda_fused_combine --ignored --nocapture \
+    --test-threads 1 2>&1 | grep -E "differ|us a call|test result|panicked|launched" |
+    grep -v "attention 0 of [0-9]* differ, product 0 of" | tail -40
   echo "default:           $(fingerprints X=1)"
-  echo "COMBINE_FUSE=0:    $(fingerprints TENSORFOLD_COMBINE_FUSE=0)"
+  echo "COMBINE_FUSE=1:    $(fingerprints TENSORFOLD_COMBINE_FUSE=1)"
   local e
   for r in 1 2; do
-    for e in X=1 TENSORFOLD_COMBINE_FUSE=0; do echo "$e decode $(decode_rates l8b 256 $e)"; done
+    for e in X=1 TENSORFOLD_COMBINE_FUSE=1; do echo "$e decode $(decode_rates l8b 256 $e)"; done
   done
 }
 stage_serve() {

@@ -302,8 +302,8 @@ __device__ __forceinline__ float finish(float O, float L) {
     return x == 0.0f ? 0.0f : x;
 }
 // Element d of a (row, head)'s split partials `part` (nz splits of hd + 2 floats: M, L, O)
-// merged in split order 0, 1, ..., nz - 1: bf16(O / L) (attention_combine and the o product's
-// combine prologue, linear_combine.cu).
+// merged in split order 0, 1, ..., nz - 1: bf16(O / L) (attention_combine; linear_combine.cu's
+// prologue runs the same chains on runs of 16 features).
 __device__ __forceinline__ bf16 merge_splits(const float* part, u32 nz, u32 hd, u32 d) {
     float M = part[0], L = part[1], O = part[2 + d];
     // Unrolled so that the loads of several splits are in flight before their merges (the

@@ -13,9 +13,9 @@
 //! - `attention_linear_speed_llama3_8b`: microseconds per call at one row, position 300, fused
 //!   vs the two ops. Prints only.
 //!
-//! On the GPU machine: `cargo test --release -p tf-backend --test cuda_fused_combine --
-//! --ignored --nocapture`. `TENSORFOLD_COMBINE_FUSE=0` turns the fused path off (then the
-//! launch count assertion fails: the test is for the fused kernel).
+//! On the GPU machine: `TENSORFOLD_COMBINE_FUSE=1 cargo test --release -p tf-backend --test
+//! cuda_fused_combine -- --ignored --nocapture` (the fused path is off by default; without
+//! the switch the launch count assertion fails: the test is for the fused kernel).
 
 mod common;
 

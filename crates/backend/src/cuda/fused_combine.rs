@@ -7,8 +7,16 @@
 //! attention output and the product as `attention` then `linear` would, bit for bit
 //! (`tests/cuda_fused_combine.rs`). Decode calls only: at most `LINEAR_DECODE_ROWS` rows
 //! whose attention rows fit `STAGE_MAX` bytes, in split mode, with the product on
-//! `linear_bf16_d8`; any other call runs the two ops. `TENSORFOLD_COMBINE_FUSE=0` turns it
-//! off (an A/B switch: the same bits either way).
+//! `linear_bf16_d8`; any other call runs the two ops. `TENSORFOLD_COMBINE_FUSE=1` turns it
+//! on (an A/B switch: the same bits either way); off by default.
+//!
+//! H200, session 29: the first prologue (a thread an element, its splits' loads in flight but
+//! its elements one after another) gave the two ops' bits (the test, check exact's
+//! fingerprints) but took attention + o 19.8 -> 27.5 us at one row, position 300, and bench
+//! decode 217.0-220.0 -> 202.4-204.8 tok/s: each of o's 256 CTAs merges the whole row, 16
+//! dependent L2 round trips a thread. This prologue takes runs of 16 features of a head a
+//! thread (one set of merge factors a run, 16-byte-aligned pairs of loads, two splits in
+//! flight) and reads the rows' split counts before the wait.
 
 use super::attention::{attention_with, Unmerged};
 use super::fused_norm::STAGE_MAX;
@@ -19,13 +27,15 @@ use super::{CudaBackend, KArg};
 use crate::error::Result;
 use crate::{ActDType, AttnArgs};
 
-/// Dynamic shared memory of the largest launch: the stage and the partials of 16 slices.
-pub(crate) const COMBINE_SMEM_MAX: u32 = STAGE_MAX as u32 + LINEAR_MAX_SLICES * 32 * 4 * 4;
+/// Dynamic shared memory of the largest launch: the rows' split counts, the stage and the
+/// partials of 16 slices.
+pub(crate) const COMBINE_SMEM_MAX: u32 = 32 + STAGE_MAX as u32 + LINEAR_MAX_SLICES * 32 * 4 * 4;
 
-/// Whether the combine runs in the o product (`TENSORFOLD_COMBINE_FUSE`, on unless `0`).
+/// Whether the combine runs in the o product (`TENSORFOLD_COMBINE_FUSE=1`; off by default
+/// until it measures faster, see the module note).
 pub(crate) fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TENSORFOLD_COMBINE_FUSE").map_or(true, |v| v != "0"))
+    *ON.get_or_init(|| std::env::var("TENSORFOLD_COMBINE_FUSE").is_ok_and(|v| v == "1"))
 }
 
 /// Whether a call of `rows` rows of `a` can take the fused path (before any launch).
@@ -35,7 +45,7 @@ fn fusable(be: &CudaBackend, a: &AttnArgs<'_, CudaBackend>, rows: usize) -> bool
     enabled()
         && (1..=LINEAR_DECODE_ROWS).contains(&rows)
         && rows * k * 2 <= STAGE_MAX
-        && k.is_multiple_of(8)
+        && a.head_dim.is_multiple_of(16)
         && a.out.dtype == ActDType::Bf16
         && aligned(a.out)
 }
@@ -56,7 +66,7 @@ pub(crate) fn attention_linear(
     let launch = match fuse {
         true => {
             out.rows = rows;
-            d8_launch(be, out, w, bias, proj, (rows * heads * head_dim * 2) as u32)?
+            d8_launch(be, out, w, bias, proj, 32 + (rows * heads * head_dim * 2) as u32)?
         }
         false => None,
     };
