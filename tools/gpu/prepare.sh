@@ -9,7 +9,6 @@
 #   .gpu/cuda_wgmma      the wgmma test binary, stripped (receipt.sh's products stage)
 #   .gpu/cuda_fused_rope the q/k/v + rope test binary, stripped (receipt.sh's rope stage)
 #   .gpu/cuda_sample     the sampling test binary, stripped (receipt.sh's sample stage)
-#   .gpu/cuda_fused_combine the attention + o test binary, stripped (the combine stage)
 #   .gpu/loadbw.cubin    tools/gpu/loadbw.py's kernels for sm_90a (the loadbw stage)
 #   .whl/                openai and its deps for CPython 3.12 (tools/gpu/wheels.sh)
 # Usage: tools/gpu/prepare.sh   (from anywhere; ~5 minutes on 2 cores after a warm build)
@@ -46,11 +45,6 @@ sm=$(cargo test --release -p tf-backend --test cuda_sample --no-run 2>&1 |
   sed -n 's/.*Executable .*(\(.*cuda_sample-[0-9a-f]*\)).*/\1/p' | tail -1)
 cp "$sm" .gpu/cuda_sample
 strip .gpu/cuda_sample
-# receipt.sh's combine stage: the attention + o (split merge in its prologue) test binary.
-fc=$(cargo test --release -p tf-backend --test cuda_fused_combine --no-run 2>&1 |
-  sed -n 's/.*Executable .*(\(.*cuda_fused_combine-[0-9a-f]*\)).*/\1/p' | tail -1)
-cp "$fc" .gpu/cuda_fused_combine
-strip .gpu/cuda_fused_combine
 scripts/nvrtc-wheels.sh >/dev/null
 python3 tools/gpu/loadbw.py --build .gpu/loadbw.cubin
 [ -n "$(ls .whl/*.whl 2>/dev/null)" ] || tools/gpu/wheels.sh >/dev/null

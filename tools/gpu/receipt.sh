@@ -7,7 +7,7 @@
 #   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
 #        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs knobs33
-#        breakdown big summary rope sample combine
+#        breakdown big summary rope sample
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -228,20 +228,6 @@ stage_sample() {
       echo "[$o] decode $($B bench -m $W/l8b --device cuda --pp 128 --tg 256 --reps 2 $o 2>&1 |
         grep -o '"tg_tok_s":[0-9.]*' | tr '\n' ' ')"
     done
-  done
-}
-# Session 29's split merge in the o product's prologue (kernels/linear_combine.cu, off by
-# default): its bitwise test (needs .gpu/cuda_fused_combine; mismatching calls and controls
-# printed), check exact's fingerprints with it off (the default) and on, bench decode alternated.
-stage_combine() {
-  TENSORFOLD_COMBINE_FUSE=1 timeout 300 .gpu/cuda_fused_combine --ignored --nocapture \
-    --test-threads 1 2>&1 | grep -E "differ|us a call|test result|panicked|launched" |
-    grep -v "attention 0 of [0-9]* differ, product 0 of" | tail -40
-  echo "default:           $(fingerprints X=1)"
-  echo "COMBINE_FUSE=1:    $(fingerprints TENSORFOLD_COMBINE_FUSE=1)"
-  local e
-  for r in 1 2; do
-    for e in X=1 TENSORFOLD_COMBINE_FUSE=1; do echo "$e decode $(decode_rates l8b 256 $e)"; done
   done
 }
 stage_serve() {

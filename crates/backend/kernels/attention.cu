@@ -104,6 +104,33 @@ __device__ __forceinline__ void split_step(const float (&s)[NB][4], int kk, u32 
     split3(s[2 * kk + 1][2], s[2 * kk + 1][3], a[3]);
 }
 
+// exp(x) as 2^(x log2 e): ex2.approx.f32 (not .ftz: subnormal results kept) is within 2 ulp
+// (under the contract's 2^-20), and the rounding of the scaled argument is the contract's
+// "exp2 argument scaling" term (2u |x|). exp(-inf) = +0, exp(0) = 1 exactly.
+__device__ __forceinline__ float fexp(float x) {
+    float y;
+    asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(__fmul_rn(x, 1.4426950408889634f)));
+    return y;
+}
+
+// The sequential split merge (shared with attention_combine): (M, L) <- merge with (m, l);
+// returns the factors (a, c) that O = O a + o c uses.
+__device__ __forceinline__ void merge_ml(float& M, float& L, float m, float l, float& a,
+                                        float& c) {
+    const float mn = fmaxf(M, m);
+    a = fexp(__fsub_rn(M, mn));
+    c = fexp(__fsub_rn(m, mn));
+    L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(l, c));
+    M = mn;
+}
+__device__ __forceinline__ float merge_o(float O, float o, float a, float c) {
+    return __fadd_rn(__fmul_rn(O, a), __fmul_rn(o, c));
+}
+__device__ __forceinline__ float finish(float O, float L) {
+    const float x = __fdiv_rn(O, L);
+    return x == 0.0f ? 0.0f : x;
+}
+
 struct Tile {
     u32 b, nr, n;  // first row, rows, positions of the furthest row (its p + 1)
 };

@@ -516,6 +516,17 @@ extern "C" __global__ void __launch_bounds__(128) attention_combine(
     const u32 nz = positions[r] / SPLIT + 1;
     if (nz == 1) return;
     const float* part = partial + ((u64)r * heads + h) * nsplit * (hd + 2);
-    for (u32 d = threadIdx.x; d < hd; d += blockDim.x)
-        out[((u64)r * heads + h) * hd + d] = merge_splits(part, nz, hd, d);
+    for (u32 d = threadIdx.x; d < hd; d += blockDim.x) {
+        float M = part[0], L = part[1], O = part[2 + d];
+        // Unrolled so that the loads of several splits are in flight before their merges
+        // (the merges stay one sequential chain in split order).
+#pragma unroll 8
+        for (u32 z = 1; z < nz; z++) {
+            const float* pz = part + z * (hd + 2);
+            float a, c;
+            merge_ml(M, L, pz[0], pz[1], a, c);
+            O = merge_o(O, pz[2 + d], a, c);
+        }
+        out[((u64)r * heads + h) * hd + d] = f2bf(finish(O, L));
+    }
 }

@@ -431,20 +431,6 @@ __device__ __forceinline__ float slice_total(const float* part, u32 e, u32 first
     return total;
 }
 
-// The tile's outputs from its S slices' partials (in slice order), the bias, one rounding.
-template <int NT>
-__device__ __forceinline__ void linear_store(const float* part, u32 S, u32 n0, u32 t0,
-                                             const float* __restrict__ bias, void* out,
-                                             int out_mode, u32 n, u32 rows) {
-    for (u32 e = threadIdx.x; e < NT * 32 * 4; e += blockDim.x) {
-        u32 f, tok;
-        tile_elem<NT>(e, n0, t0, &f, &tok);
-        if (f >= n || tok >= rows) continue;
-        float total = slice_total<NT>(part, e, 0, S);
-        store_linear(out, out_mode, (u64)tok * n + f, total, bias, f);
-    }
-}
-
 // grid: (ceil(n / 16), ceil(rows / (8 * NT))); block: 32 * S threads; dynamic shared memory
 // S * NT * 32 * 4 floats. `row_idx` (nullable) maps output row i to input row row_idx[i]
 // (logits); out_mode: 0 bf16, 1 f32, 2 f32 holding bf16-rounded values. k % 8 == 0 and
@@ -460,7 +446,13 @@ __device__ __forceinline__ void linear_body(
     auto slice_of = [&](u32 j) { return make_slice(w, n, k, n0, j * slice_len, slice_len); };
     run_jobs<NT, U>(slice_of, S, x, row_idx, k, rows, t0, part);
     __syncthreads();
-    linear_store<NT>(part, S, n0, t0, bias, out, out_mode, n, rows);
+    for (u32 e = threadIdx.x; e < NT * 32 * 4; e += blockDim.x) {
+        u32 f, tok;
+        tile_elem<NT>(e, n0, t0, &f, &tok);
+        if (f >= n || tok >= rows) continue;
+        float total = slice_total<NT>(part, e, 0, S);
+        store_linear(out, out_mode, (u64)tok * n + f, total, bias, f);
+    }
 }
 
 #define LINEAR_ENTRY(NAME, NT, U, BOUNDS)                                                     \

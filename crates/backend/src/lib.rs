@@ -103,22 +103,6 @@ pub trait Backend: Send {
     /// visited block by block in position order; fp32 scores and softmax; bf16 out.
     fn attention(&self, args: AttnArgs<'_, Self>) -> Result<()>;
 
-    /// The attention block's back: [`Backend::attention`] into `a.out`, then
-    /// [`Backend::linear`] of it with `w` (and `bias`) into `proj`. Bit for bit those two ops
-    /// (the default); a GPU may merge the attention's KV splits in the product's prologue.
-    fn attention_linear(
-        &self,
-        a: AttnArgs<'_, Self>,
-        w: &Self::Weight,
-        bias: Option<&Self::Weight>,
-        proj: &mut Self::Tensor,
-    ) -> Result<()> {
-        let AttnArgs { q, kv, layer, batch, heads, kv_heads, head_dim, scale, out } = a;
-        let a = AttnArgs { q, kv, layer, batch, heads, kv_heads, head_dim, scale, out: &mut *out };
-        self.attention(a)?;
-        self.linear(out, w, bias, proj)
-    }
-
     /// `out = bf16(bf16(silu(gate)) * up)`.
     fn swiglu(&self, gate: &Self::Tensor, up: &Self::Tensor, out: &mut Self::Tensor) -> Result<()>;
 

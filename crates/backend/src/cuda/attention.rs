@@ -304,25 +304,6 @@ fn partials(be: &CudaBackend, len: usize) -> Result<u64> {
 }
 
 pub(crate) fn attention(be: &CudaBackend, a: AttnArgs<'_, CudaBackend>) -> Result<()> {
-    attention_with(be, a, true).map(|_| ())
-}
-
-/// A call's split partials left unmerged (`attention_with` without the combine launch): the
-/// buffer, its split stride and the split length. Rows of one split hold their final values
-/// in the call's output; the others' are the partials' sequential merge.
-pub(crate) struct Unmerged {
-    pub part: u64,
-    pub nsplit: usize,
-    pub split: usize,
-}
-
-/// [`attention`], with the combine launched (`combine`) or left to the caller: then a call in
-/// split mode returns its [`Unmerged`] partials (`fused_combine`).
-pub(crate) fn attention_with(
-    be: &CudaBackend,
-    a: AttnArgs<'_, CudaBackend>,
-    combine: bool,
-) -> Result<Option<Unmerged>> {
     let (kv, batch) = (a.kv, a.batch);
     kv.check_batch("attention", a.layer, batch)?;
     let g = &kv.geom;
@@ -345,24 +326,21 @@ pub(crate) fn attention_with(
             format!("{rows} rows x {} kv heads", a.kv_heads),
         ));
     }
-    let unmerged = match rows {
-        0 => None,
-        _ => launch(be, &a, rows, entries, combine)?,
-    };
+    if rows > 0 {
+        launch(be, &a, rows, entries)?;
+    }
     a.out.rows = rows;
-    Ok(unmerged)
+    Ok(())
 }
 
 /// The launches of one attention call of `rows` rows: a function of the row count, the pool
-/// geometry, the head shape and fixed buffers only (graph capture). Without `combine`, a
-/// split-mode call's partials are returned unmerged.
+/// geometry, the head shape and fixed buffers only (graph capture).
 fn launch(
     be: &CudaBackend,
     a: &AttnArgs<'_, CudaBackend>,
     rows: usize,
     (walk_entry, split_entry): (&'static str, &'static str),
-    combine: bool,
-) -> Result<Option<Unmerged>> {
+) -> Result<()> {
     let g = &a.kv.geom;
     let Plan { split, split_rows, nsplit, split_mode, dec } =
         Plan::of(g, a.heads, rows, (walk_entry, split_entry))?;
@@ -422,9 +400,6 @@ fn launch(
     args.extend(dims.map(KArg::U32));
     args.push(a.scale.into());
     be.launch(name, cfg, &args)?;
-    if split_mode && !combine {
-        return Ok(Some(Unmerged { part, nsplit, split }));
-    }
     if split_mode {
         let (heads, hd, ns) = (a.heads as u32, a.head_dim as u32, nsplit as u32);
         let cfg = LaunchConfig {
@@ -435,7 +410,7 @@ fn launch(
         let args = [out.into(), part.into(), pos.into(), heads.into(), hd.into(), ns.into()];
         be.launch("attention_combine", cfg, &args)?;
     }
-    Ok(None)
+    Ok(())
 }
 
 pub(crate) fn read_kv(

@@ -240,12 +240,6 @@ pub(crate) const ENTRIES: &[Entry] = &[
         dyn_smem: LINEAR_MAX_SLICES * LINEAR_NT * 32 * 4 * 4,
     },
     Entry {
-        name: "linear_bf16_d8_combine",
-        family: "linear",
-        threads: 32 * LINEAR_MAX_SLICES,
-        dyn_smem: super::fused_combine::COMBINE_SMEM_MAX,
-    },
-    Entry {
         name: "linear_bf16_qkv_rope_norm",
         family: "linear",
         threads: 32 * LINEAR_GROUP_WARPS,

@@ -299,52 +299,6 @@ fn prefill_config(be: &CudaBackend, rows: usize, n: usize, w: u64) -> Kernel {
     }
 }
 
-/// The `linear_bf16_d8` launch of `out = x @ w^T (+ bias)` (shapes checked) with `front`
-/// bytes of dynamic shared memory before the partials, or None where the product would take
-/// another kernel (more than `LINEAR_DECODE_ROWS` rows, or the prefill kernels). For the
-/// entries that run linear_bf16_d8's body after a prologue (`fused_combine`).
-pub(crate) fn d8_launch(
-    be: &CudaBackend,
-    x: &CudaTensor,
-    w: &CudaWeight,
-    bias: Option<&CudaWeight>,
-    out: &CudaTensor,
-    front: u32,
-) -> Result<Option<(LaunchConfig, Vec<KArg>)>> {
-    let mode = match out.dtype {
-        ActDType::Bf16 => OutMode::Bf16,
-        ActDType::F32 => OutMode::F32,
-    };
-    let p = Product { op: "linear", x, row_idx: 0, rows: x.rows, w, bias, mode };
-    check(&p, out)?;
-    if !(1..=LINEAR_DECODE_ROWS).contains(&p.rows)
-        || !matches!(default_kernel(be, &p), Kernel::Streaming)
-    {
-        return Ok(None);
-    }
-    let (n, k) = (w.n, w.k);
-    let (slices, slice_len) = k_split(n, k);
-    let s = &be.stream;
-    let cfg = LaunchConfig {
-        grid_dim: (n.div_ceil(16) as u32, 1, 1),
-        block_dim: (32 * slices, 1, 1),
-        shared_mem_bytes: front + slices * 32 * 4 * 4,
-    };
-    let args: Vec<KArg> = vec![
-        dptr(&w.buf, s).into(),
-        dptr(&x.buf, s).into(),
-        0u64.into(),
-        bias.map_or(0u64, |b| dptr(&b.buf, s)).into(),
-        dptr(&out.buf, s).into(),
-        (mode as i32).into(),
-        (n as u32).into(),
-        (k as u32).into(),
-        (p.rows as u32).into(),
-        slice_len.into(),
-    ];
-    Ok(Some((cfg, args)))
-}
-
 /// Launches one product on `kernel` (shapes already checked by `run_with`).
 fn launch(be: &CudaBackend, p: &Product<'_>, out: &CudaTensor, kernel: Kernel) -> Result<()> {
     let (n, k) = (p.w.n, p.w.k);

@@ -16,7 +16,6 @@
 mod attention;
 pub mod compile;
 mod fused;
-mod fused_combine;
 mod fused_norm;
 mod fused_rope;
 mod gemm;
@@ -494,16 +493,6 @@ impl Backend for CudaBackend {
 
     fn attention(&self, a: AttnArgs<'_, Self>) -> Result<()> {
         attention::attention(self, a)
-    }
-
-    fn attention_linear(
-        &self,
-        a: AttnArgs<'_, Self>,
-        w: &CudaWeight,
-        bias: Option<&CudaWeight>,
-        proj: &mut CudaTensor,
-    ) -> Result<()> {
-        fused_combine::attention_linear(self, a, w, bias, proj)
     }
 
     fn swiglu(&self, gate: &CudaTensor, up: &CudaTensor, out: &mut CudaTensor) -> Result<()> {

@@ -258,9 +258,7 @@ impl<B: Backend> Llama<B> {
                 &sc.q
             }
         };
-        // Attention and the o product: the split merge in the product's prologue where the
-        // backend can.
-        let a = AttnArgs {
+        be.attention(AttnArgs {
             q,
             kv,
             layer: li,
@@ -270,8 +268,8 @@ impl<B: Backend> Llama<B> {
             head_dim: hd,
             scale: 1.0 / (hd as f32).sqrt(),
             out: &mut sc.attn,
-        };
-        be.attention_linear(a, &at.o_proj, at.o_bias.as_ref(), &mut sc.proj)?;
+        })?;
+        be.linear(&sc.attn, &at.o_proj, at.o_bias.as_ref(), &mut sc.proj)?;
         Ok(())
     }
 
