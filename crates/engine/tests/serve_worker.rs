@@ -156,19 +156,17 @@ fn penalized_requests_equal_the_host_sampler_alone_and_together() {
     let opts = LoadOptions { max_rows: 64, max_positions: 512 };
     let model = family::load(&ckpt, CpuBackend::new().unwrap(), opts).unwrap();
     let mut gen = Generator::new(model, 512 / 16).unwrap();
-    let host: Vec<Vec<u32>> = reqs
-        .iter()
-        .map(|r| {
-            let g = GenRequest {
-                prompt: &r.prompt,
-                max_tokens: r.max_tokens,
-                sampler: Sampler::new(r.sampling.clone()).unwrap(),
-                stop_tokens: &[],
-                chunk: 24,
-            };
-            gen.generate(&g, &mut |_, _| true).unwrap().0
-        })
-        .collect();
+    let mut host_tokens = |r: &GenerateRequest| {
+        let g = GenRequest {
+            prompt: &r.prompt,
+            max_tokens: r.max_tokens,
+            sampler: Sampler::new(r.sampling.clone()).unwrap(),
+            stop_tokens: &[],
+            chunk: 24,
+        };
+        gen.generate(&g, &mut |_, _| true).unwrap().0
+    };
+    let host: Vec<Vec<u32>> = reqs.iter().map(&mut host_tokens).collect();
     let solo_engine = engine(1, 0);
     let solo: Vec<Vec<u32>> =
         reqs.iter().map(|r| collect(solo_engine.submit(r.clone()).unwrap()).0).collect();
@@ -190,20 +188,12 @@ fn penalized_requests_equal_the_host_sampler_alone_and_together() {
     let plain_toks = collect(solo_engine.submit(plain_req.clone()).unwrap()).0;
     let mut biased = plain_req.clone();
     let (first, boost) = (plain_toks[0], plain_toks[0] ^ 1);
-    biased.sampling.logit_bias = vec![(first.min(boost), 0.0), (first.max(boost), 0.0)];
-    for e in biased.sampling.logit_bias.iter_mut() {
-        e.1 = if e.0 == first { -100.0 } else { 2.5 };
-    }
+    let mut bias = vec![(first, -100.0), (boost, 2.5)];
+    bias.sort_by_key(|e| e.0);
+    biased.sampling.logit_bias = bias;
     let got = collect(solo_engine.submit(biased.clone()).unwrap()).0;
     assert_ne!(got[0], first, "a -100 bias left the token first");
-    let g = GenRequest {
-        prompt: &biased.prompt,
-        max_tokens: biased.max_tokens,
-        sampler: Sampler::new(biased.sampling.clone()).unwrap(),
-        stop_tokens: &[],
-        chunk: 24,
-    };
-    assert_eq!(got, gen.generate(&g, &mut |_, _| true).unwrap().0, "biased: engine != host");
+    assert_eq!(got, host_tokens(&biased), "biased: engine != host");
     // A planted difference: without its penalty the first request's reply changes.
     let mut bare = reqs[0].clone();
     bare.sampling.repetition_penalty = 1.0;

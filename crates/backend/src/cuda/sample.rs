@@ -170,16 +170,11 @@ pub(crate) fn sample(
 /// entries.
 fn pack_penalties(penalties: &[Penalties<'_>], prm: &mut Vec<u64>) {
     let bits = |v: f32| u64::from(v.to_bits());
-    fn on<'a>(p: &Penalties<'a>) -> Penalties<'a> {
-        if p.is_off() {
-            Penalties::NONE
-        } else {
-            *p
-        }
-    }
-    let seen: u64 = penalties.iter().map(|p| on(p).seen.len() as u64).sum();
+    let on: Vec<Penalties<'_>> =
+        penalties.iter().map(|p| if p.is_off() { Penalties::NONE } else { *p }).collect();
+    let seen: u64 = on.iter().map(|p| p.seen.len() as u64).sum();
     let (mut first, mut first_bias) = (0u64, seen);
-    for p in penalties.iter().map(on) {
+    for p in &on {
         prm.extend([
             bits(p.repetition) | bits(p.presence) << 32,
             bits(p.frequency) | (p.seen.len() as u64) << 32,
@@ -189,10 +184,10 @@ fn pack_penalties(penalties: &[Penalties<'_>], prm: &mut Vec<u64>) {
         first += p.seen.len() as u64;
         first_bias += p.bias.len() as u64;
     }
-    for p in penalties.iter().map(on) {
+    for p in &on {
         prm.extend(p.seen.iter().map(|&(id, n)| u64::from(id) | u64::from(n) << 32));
     }
-    for p in penalties.iter().map(on) {
+    for p in &on {
         prm.extend(p.bias.iter().map(|&(id, b)| u64::from(id) | bits(b) << 32));
     }
 }
