@@ -9,6 +9,7 @@
 #   .gpu/cuda_wgmma      the wgmma test binary, stripped (receipt.sh's products stage)
 #   .gpu/cuda_fused_rope the q/k/v + rope test binary, stripped (receipt.sh's rope stage)
 #   .gpu/cuda_sample     the sampling test binary, stripped (receipt.sh's sample stage)
+#   .gpu/cuda_fused      the fused-launch test binary, stripped (receipt.sh's wsab stage)
 #   .gpu/loadbw.cubin    tools/gpu/loadbw.py's kernels for sm_90a (the loadbw stage)
 #   .whl/                openai and its deps for CPython 3.12 (tools/gpu/wheels.sh)
 # Usage: tools/gpu/prepare.sh   (from anywhere; ~5 minutes on 2 cores after a warm build)
@@ -45,6 +46,11 @@ sm=$(cargo test --release -p tf-backend --test cuda_sample --no-run 2>&1 |
   sed -n 's/.*Executable .*(\(.*cuda_sample-[0-9a-f]*\)).*/\1/p' | tail -1)
 cp "$sm" .gpu/cuda_sample
 strip .gpu/cuda_sample
+# receipt.sh's wsab stage: the fused-launch test binary (q/k/v and gate/up in one launch).
+fu=$(cargo test --release -p tf-backend --test cuda_fused --no-run 2>&1 |
+  sed -n 's/.*Executable .*(\(.*cuda_fused-[0-9a-f]*\)).*/\1/p' | tail -1)
+cp "$fu" .gpu/cuda_fused
+strip .gpu/cuda_fused
 scripts/nvrtc-wheels.sh >/dev/null
 python3 tools/gpu/loadbw.py --build .gpu/loadbw.cubin
 [ -n "$(ls .whl/*.whl 2>/dev/null)" ] || tools/gpu/wheels.sh >/dev/null

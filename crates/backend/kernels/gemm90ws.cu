@@ -267,9 +267,36 @@ __device__ __forceinline__ void ws_copy(const WsGrid& G, const WsParts<NP>& P, c
 #define TF_WS_FOLD 1
 #endif
 
+// TF_WS_ACC2 (0, the default until the GPU has measured it; a knob through
+// TENSORFOLD_KERNEL_DEFINES): on the fold-after-wait path (TF_WS_FOLD), a consumer's slices
+// alternate between two accumulators, so a slice's fold (tot = acc or tot += acc, then acc =
+// +0) runs after the next stage's wgmmas are issued, beside them, instead of between two
+// stages with this warpgroup's wgmmas stopped (both consumers reach a slice end at the same
+// stage, so the tensor pipe waits for the fold). Each accumulator's chain is the same wgmmas
+// in the same order from +0, and the folds add the slices' partials in slice order: the same
+// bits. Why: the fold shows in the slice count (H200, session 16, 2,048 rows, TFLOP/s by
+// TENSORFOLD_LINEAR_WARPS: 4096 x 4096 605 at 8 slices, 628 at 4, 517 at 16; 1024 x 4096,
+// llama3-8b's k and v, 480 at 16 slices, 569 at 8). Registers: acc, acc2 and tot are 192 of
+// the consumers' 232 (session 22's 192-token tiles held as many without spills).
+#ifndef TF_WS_ACC2
+#define TF_WS_ACC2 0
+#endif
+
+// TF_WS_STAGGER (0; a measurement knob, nanoseconds): consumer warpgroup 1 sleeps this long
+// before its first tile, so the two consumers' stage ends (each a wait for its own wgmmas)
+// fall at different moments and the other's wgmmas keep the tensor pipe busy through them.
+// Timing only.
+#ifndef TF_WS_STAGGER
+#define TF_WS_STAGGER 0
+#endif
+
 // A consumer's running state over one tile's K.
 struct WsChain {
     float acc[64], tot[64];
+#if TF_WS_ACC2
+    float acc2[64];  // the odd slices' chains (TF_WS_ACC2)
+    bool due;        // the slice before this one is still to be folded
+#endif
     bool first;
     u32 next_end;  // k where the current slice ends
     int pending;   // the stage whose wgmmas may still run, -1 for none
@@ -379,11 +406,10 @@ __device__ __forceinline__ void ws_store_staged(const WsGrid& G, u32 n, u32 cw, 
     }
 }
 
-// ws_tile_k for K and slice_len multiples of TF_WS_KT (and TF_WS_DEPTH 1): the stage's
-// wgmmas without a branch, the wait, the stage released, then the fold when the stage ends a
-// slice (or K).
-__device__ __forceinline__ void ws_tile_k_even(const WsGrid& G, WsChain& ch, u32 it, u32 kt,
-                                               u32 aoff, u32 slice_len) {
+// Waits for stage ring position `it` to be full and issues its wgmmas on acc (this consumer's
+// 64 weight rows from byte `aoff` of each sub-tile), as one committed group, with no branch
+// between them. Returns the stage.
+__device__ __forceinline__ u32 ws_stage_issue(const WsGrid& G, float* acc, u32 it, u32 aoff) {
     const u32 s = it % WS_STAGES, ph = (it / WS_STAGES) & 1;
     mbar_wait_parity(G.full + 8 * s, ph);
     const u32 sa = G.sbase + s * WS_STAGE + aoff, sb = G.sbase + s * WS_STAGE + WS_A_BYTES;
@@ -391,10 +417,19 @@ __device__ __forceinline__ void ws_tile_k_even(const WsGrid& G, WsChain& ch, u32
 #pragma unroll
     for (u32 h = 0; h < TF_WS_KT / 32; h++) {
         const u32 o = (h >> 1) * WS_SUB + 64 * (h & 1);
-        wgmma_n128(ch.acc, wg_desc(sa + o), wg_desc(sb + o));
-        wgmma_n128(ch.acc, wg_desc(sa + o + 32), wg_desc(sb + o + 32));
+        wgmma_n128(acc, wg_desc(sa + o), wg_desc(sb + o));
+        wgmma_n128(acc, wg_desc(sa + o + 32), wg_desc(sb + o + 32));
     }
     wg_commit();
+    return s;
+}
+
+// ws_tile_k for K and slice_len multiples of TF_WS_KT (and TF_WS_DEPTH 1): the stage's
+// wgmmas without a branch, the wait, the stage released, then the fold when the stage ends a
+// slice (or K).
+__device__ __forceinline__ void ws_tile_k_even(const WsGrid& G, WsChain& ch, u32 it, u32 kt,
+                                               u32 aoff, u32 slice_len) {
+    const u32 s = ws_stage_issue(G, ch.acc, it, aoff);
     wg_wait<0>();
     ws_mbar_arrive_if(G.empty + 8 * s, (threadIdx.x & 31) == 0);
     if ((kt + 1) * TF_WS_KT == ch.next_end || (kt + 1) * TF_WS_KT == G.k) {
@@ -404,6 +439,45 @@ __device__ __forceinline__ void ws_tile_k_even(const WsGrid& G, WsChain& ch, u32
     }
 }
 
+#if TF_WS_ACC2
+// ws_tile_k_even with two accumulators (TF_WS_ACC2): the stage's wgmmas on accumulator A (this
+// slice's; acc for even slices, acc2 for odd), then, while they run, the fold of the other
+// when its slice ended at the stage before (`due`), then the wait and the stage released.
+template <int A>
+__device__ __forceinline__ void ws_stage_acc2(const WsGrid& G, WsChain& ch, u32 it, u32 aoff) {
+    float* done = A ? ch.acc : ch.acc2;
+    const u32 s = ws_stage_issue(G, A ? ch.acc2 : ch.acc, it, aoff);
+    if (ch.due) {
+        wg_fold<64>(done, ch.tot, ch.first);
+        ch.first = false;
+        ch.due = false;
+    }
+    wg_wait<0>();
+    ws_mbar_arrive_if(G.empty + 8 * s, (threadIdx.x & 31) == 0);
+}
+
+// A tile's k tiles on the two-accumulator path; ring position `it` advances by G.ktiles.
+__device__ __forceinline__ void ws_tile_acc2(const WsGrid& G, WsChain& ch, u32 it, u32 aoff,
+                                             u32 slice_len) {
+    u32 odd = 0;  // the current slice's accumulator: acc (0) or acc2 (1)
+    ch.due = false;
+    for (u32 kt = 0; kt < G.ktiles; kt++) {
+        if (odd) ws_stage_acc2<1>(G, ch, it + kt, aoff);
+        else ws_stage_acc2<0>(G, ch, it + kt, aoff);
+        if ((kt + 1) * TF_WS_KT == ch.next_end || (kt + 1) * TF_WS_KT == G.k) {
+            ch.due = true;
+            odd ^= 1;
+            ch.next_end += slice_len;
+        }
+    }
+    // The last slice ended at K; its accumulator is the one before the last toggle.
+    if (odd) wg_fold<64>(ch.acc, ch.tot, ch.first);
+    else wg_fold<64>(ch.acc2, ch.tot, ch.first);
+    ch.first = false;
+    ch.due = false;
+}
+#endif
+
 // A consumer warpgroup (cw = 0, 1: features 64 cw .. of each tile).
 template <int NP>
 __device__ __forceinline__ void ws_consume(const WsGrid& G, const WsParts<NP>& P, u32 cw,
@@ -412,6 +486,7 @@ __device__ __forceinline__ void ws_consume(const WsGrid& G, const WsParts<NP>& P
     const u32 row = 64 * cw + 16 * warp + g;
     WsChain ch;
     u32 it = 0;
+    if (TF_WS_STAGGER && cw == 1) __nanosleep(TF_WS_STAGGER);
     for (u32 tile = blockIdx.x; tile < G.tiles; tile += gridDim.x) {
         const WsAt at = P.at(tile, G.rows);
         const u32 fi = at.fi, ti = at.ti, n = at.n, slice_len = at.slice_len, slices = at.slices;
@@ -425,6 +500,14 @@ __device__ __forceinline__ void ws_consume(const WsGrid& G, const WsParts<NP>& P
         ch.first = true;
         ch.next_end = slice_len;
         ch.pending = -1;
+#if TF_WS_ACC2
+        if (TF_WS_FOLD && TF_WS_DEPTH == 1 && G.k % TF_WS_KT == 0 && slice_len % TF_WS_KT == 0) {
+#pragma unroll
+            for (int i = 0; i < 64; i++) ch.acc2[i] = 0.0f;
+            ws_tile_acc2(G, ch, it, cw * 64 * 128, slice_len);
+            it += G.ktiles;
+        } else
+#endif
         if (TF_WS_FOLD && TF_WS_DEPTH == 1 && G.k % TF_WS_KT == 0 && slice_len % TF_WS_KT == 0) {
             for (u32 kt = 0; kt < G.ktiles; kt++)
                 ws_tile_k_even(G, ch, it++, kt, cw * 64 * 128, slice_len);

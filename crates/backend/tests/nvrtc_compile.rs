@@ -111,7 +111,7 @@ fn every_kernel_family_compiles_for_sm80_sm89_sm90a() {
         "TF_SPLIT=256 TF_DEC_TMA=0 TF_ATTN_DB=0 TF_VEC16=0",
         "TF_SPLIT=256 TF_SPLIT_LOOP=1 TF_D8_MAXREG=80",
         "TF_DEC_TMA=0 TF_GROUP_MINB=1 TF_X_DIRECT=0 TF_REGROUP_ONCE=1 TF_WS_FOLD=0 TF_ROPE_EARLY=1",
-        "TF_DEC_SPREAD=0 TF_ROPE_TRIGGER=0 TF_AWS_NOINC=0",
+        "TF_DEC_SPREAD=0 TF_ROPE_TRIGGER=0 TF_AWS_NOINC=0 TF_WS_ACC2=1 TF_WS_STAGGER=500",
     ];
     for knobs in sets {
         for fam in compile::FAMILIES {
