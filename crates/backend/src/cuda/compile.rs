@@ -57,13 +57,15 @@ pub const FAMILIES: &[Family] = &[
         ),
     },
     Family { name: "gemm", source: include_str!("../../kernels/gemm.cu") },
-    // One unit from two files (the cp.async wgmma kernel and its helpers; the copy-warp
-    // kernel fed by tensor copies and its row gather).
+    // One unit from three files (the cp.async wgmma kernel and its helpers; the copy-warp
+    // kernel fed by tensor copies: its copies and epilogue, then its k loops, entry points and
+    // row gather).
     Family {
         name: "gemm90",
         source: concat!(
             include_str!("../../kernels/gemm90.cu"),
-            include_str!("../../kernels/gemm90ws.cu")
+            include_str!("../../kernels/gemm90ws.cu"),
+            include_str!("../../kernels/gemm90ws_loop.cu")
         ),
     },
     Family { name: "sample", source: include_str!("../../kernels/sample.cu") },

@@ -296,13 +296,16 @@ mod tests {
 
     #[test]
     fn the_ws_shape_mirrors_the_kernel_source() {
-        let src = include_str!("../../kernels/gemm90ws.cu");
+        let src = concat!(
+            include_str!("../../kernels/gemm90ws.cu"),
+            include_str!("../../kernels/gemm90ws_loop.cu")
+        );
         let defs =
             [("WS_BM", WS_TILE), ("WS_BN", WS_TILE), ("TF_WS_KT", WS_KT), ("WS_STAGES", WS_STAGES)];
         for (name, v) in defs {
             assert!(
                 src.contains(&format!("#define {name} {v}\n")),
-                "{name} is not {v} in gemm90ws.cu"
+                "{name} is not {v} in gemm90ws.cu / gemm90ws_loop.cu"
             );
         }
         assert!(src.contains("__launch_bounds__(384, 1)") && LINEAR_WS.threads == 384);
