@@ -46,16 +46,21 @@ SHAPES = {"8B gate/up": (28672, 4096, 4), "8B gate/up s1": (28672, 4096, 1),
 POOL = 640 << 20
 
 
-def build(out: str, name: str = "loadbw.cu") -> int:
-    """Compiles tools/gpu/`name` for sm_90a into the cubin `out` (NVRTC, no GPU)."""
+def build(out: str, name: str = "loadbw.cu", common: bool = False) -> int:
+    """Compiles tools/gpu/`name` for sm_90a into the cubin `out` (NVRTC, no GPU); `common`:
+    with the backend's kernels/common.cuh prepended, as the backend compiles its kernels."""
     sys.path.insert(0, os.path.join(ROOT, "tools"))
     from kernel_regs import compile_unit, cubin_of, load_nvrtc
 
     lib = load_nvrtc()
     if lib is None:
         return 1
+    src = b""
+    if common:
+        with open(os.path.join(ROOT, "crates/backend/kernels/common.cuh"), "rb") as f:
+            src = f.read() + b"\n"
     with open(os.path.join(ROOT, "tools/gpu", name), "rb") as f:
-        src = f.read()
+        src += f.read()
     rc, log, prog = compile_unit(lib, src, name.encode(), [b"--gpu-architecture=sm_90a", b"--std=c++17"])
     if rc != 0:
         print(log, file=sys.stderr)

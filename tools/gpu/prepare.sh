@@ -11,6 +11,7 @@
 #   .gpu/cuda_sample     the sampling test binary, stripped (receipt.sh's sample stage)
 #   .gpu/cuda_fused      the fused-launch test binary, stripped (receipt.sh's wsab stage)
 #   .gpu/loadbw.cubin    tools/gpu/loadbw.py's kernels for sm_90a (the loadbw stage)
+#   .gpu/stepbw.cubin    tools/gpu/stepbw.py's kernels for sm_90a (the stepbw stage)
 #   .whl/                openai and its deps for CPython 3.12 (tools/gpu/wheels.sh)
 # Usage: tools/gpu/prepare.sh   (from anywhere; ~5 minutes on 2 cores after a warm build)
 set -euo pipefail
@@ -53,6 +54,7 @@ cp "$fu" .gpu/cuda_fused
 strip .gpu/cuda_fused
 scripts/nvrtc-wheels.sh >/dev/null
 python3 tools/gpu/loadbw.py --build .gpu/loadbw.cubin
+python3 tools/gpu/stepbw.py --build .gpu/stepbw.cubin
 [ -n "$(ls .whl/*.whl 2>/dev/null)" ] || tools/gpu/wheels.sh >/dev/null
 du -shc .gpu .whl
 git log -1 --format='prepare: built from %h (%s)' | cut -c1-100

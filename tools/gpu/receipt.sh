@@ -7,7 +7,7 @@
 #   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
 #        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs knobs33
-#        breakdown big summary rope sample wsab
+#        breakdown big summary rope sample wsab stepbw
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -258,6 +258,10 @@ stage_wsab() {
     done
   done
 }
+# What a persistent step would gain on weight streaming alone (tools/gpu/stepbw.py; needs
+# .gpu/stepbw.cubin): launches, grid barriers, and since session 30 the weights through a
+# shared-memory ring filled by bulk copies (ring0, ring2), with latency phases of 4 and 8 us.
+stage_stepbw() { python3 tools/gpu/stepbw.py .gpu/stepbw.cubin --delay 4 8; }
 stage_serve() {
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
   python3 tools/bench_concurrent.py --levels 1,4,16 --alone --serial --max-tokens 32 \

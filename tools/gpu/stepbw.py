@@ -10,6 +10,10 @@ decode order with the decode products' load pattern, as
   step1        one persistent launch, a grid barrier between matrices, nothing in flight
                across it
   step2        the same barriers, the next matrix's first two buffers issued before each
+  ring0        one persistent launch, the weights through a ring of 6 shared-memory stages of
+               32 KB that one producer warp fills by bulk copies (TMA), no barriers
+  ring2        the same with step1's grid barriers: the producer runs on into the next
+               matrix (up to 6 stages, 192 KB an SM, in flight) while the consumers wait
 
 each with no latency phase and with a latency phase after every q/k/v (attention, `--delay`
 microseconds of one thread: a `spin` launch between the kernels, a held barrier in the step
@@ -32,6 +36,7 @@ LAYER = [("qkv", 6144, 4096, 8), ("o", 4096, 4096, 8), ("gate/up", 28672, 4096, 
 HEAD = ("head", 128256, 4096, 1)
 LAYERS = 32
 BUF = 256  # bytes of a row one buffer holds
+RING_SMEM = 6 * 32768 + 2 * 6 * 8  # stepbw.cu's RING_SMEM: the ring kernels' dynamic bytes
 
 
 class Mat(ctypes.Structure):
@@ -55,7 +60,7 @@ def build(out: str) -> int:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import loadbw
 
-    return loadbw.build(out, "stepbw.cu")
+    return loadbw.build(out, "stepbw.cu", common=True)
 
 
 def run(path: str, delays_us) -> int:
@@ -103,12 +108,12 @@ def run(path: str, delays_us) -> int:
 
     P, U = ctypes.c_uint64, ctypes.c_uint32
 
-    def launch(f, grid, block, args, with_pdl):
+    def launch(f, grid, block, args, with_pdl, smem=0):
         """args: (ctypes type, value) pairs."""
         vals = [t(a) for t, a in args]
         ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p)
                                               for v in vals])
-        cfg = LaunchConfig(grid, 1, 1, block, 1, 1, 0, stream,
+        cfg = LaunchConfig(grid, 1, 1, block, 1, 1, smem, stream,
                            ctypes.pointer(pdl) if with_pdl else None, 1 if with_pdl else 0)
         rc = cu.cuLaunchKernelEx(ctypes.byref(cfg), f, ptrs, None)
         assert rc == 0, f"cuLaunchKernelEx: {rc}"
@@ -124,6 +129,15 @@ def run(path: str, delays_us) -> int:
     print(f"step kernels: {regs.value} registers, {per_sm.value} CTAs an SM, grid {grid}; "
           f"{len(shapes)} matrices, {total / 1e9:.2f} GB a step")
     mat_size = ctypes.sizeof(Mat)
+    ring_fns = {m: fn(f"ring{m}") for m in (0, 2)}
+    ring_per_sm = ctypes.c_int()
+    for f in ring_fns.values():  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        assert cu.cuFuncSetAttribute(f, 8, RING_SMEM) == 0, "ring smem"
+    assert cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        ctypes.byref(ring_per_sm), ring_fns[2], 288, ctypes.c_size_t(RING_SMEM)) == 0
+    ring_grid = ring_per_sm.value * sms
+    print(f"ring kernels: {ring_per_sm.value} CTA an SM of 288 threads, {RING_SMEM} bytes of "
+          f"shared memory, grid {ring_grid}")
 
     def kernels_step(delay_ns, one_group=False):
         t = tables[False].data_ptr()
@@ -139,6 +153,15 @@ def run(path: str, delays_us) -> int:
             launch(step_fns[mode], grid, 256,
                    [(P, tables[delay_ns > 0].data_ptr()), (U, len(shapes)),
                     (P, counters.data_ptr()), (U, delay_ns), (P, sink.data_ptr())], False)
+        return go
+
+    def ring_kernel(mode, delay_ns):
+        def go():
+            counters.zero_()
+            launch(ring_fns[mode], ring_grid, 288,
+                   [(P, tables[delay_ns > 0].data_ptr()), (U, len(shapes)),
+                    (P, counters.data_ptr()), (U, delay_ns), (P, sink.data_ptr())], False,
+                   RING_SMEM)
         return go
 
     def timed(label, body, reps=10, size=None):
@@ -202,6 +225,8 @@ def run(path: str, delays_us) -> int:
         timed(f"kernels (PDL, a group a CTA), {tag}", lambda: kernels_step(d, True))
         for m in (0, 1, 2) if d == 0 else (1, 2):
             timed(f"step{m}, {tag}", step_kernel(m, d))
+        for m in (0, 2) if d == 0 else (2,):
+            timed(f"ring{m}, {tag}", ring_kernel(m, d))
     return 0
 
 
