@@ -195,16 +195,17 @@ extern "C" __global__ void spin(u32 delay_ns) {
 // landed in shared memory rather than in registers? Here one producer warp brings every buffer
 // of the CTA's walk (the same groups, units and buffers as above; a stage is one buffer of the
 // CTA's 8 units: 128 rows x 256 bytes = 32 KB) by cp.async.bulk (the TMA unit: 4 copies of a
-// 256-byte row run a lane), completing on the stage's `full` mbarrier, into a ring of RING
+// 256-byte row run a lane), completing on the stage's `full` mbarrier, into a ring of NR
 // stages; 8 consumer warps fold their unit's rows from it (the register pattern's reads, from
 // shared memory) and free the stage on `empty`. The producer never waits for a barrier:
-// weights do not depend on activations, so with barriers (ring2) up to RING stages of the next
+// weights do not depend on activations, so with barriers (ring2) up to NR stages of the next
 // matrix are in flight while the consumers wait for the previous matrix's counter (and the
 // latency phase); ring0 has no barriers (the ring's own ceiling). The consumers' unit-end
 // combine is a barrier of the 8 consumer warps (named barrier 1), as the slice combine.
-#define RING 6
+// ring0 and ring2: 6 stages (192 KB, a CTA an SM); ring2s3: 3 stages (96 KB, two CTAs an SM,
+// the same bytes an SM in flight from two producers). Dynamic shared memory: ring_smem(NR).
 #define RING_STAGE (128 * 256)
-#define RING_SMEM (RING * RING_STAGE + 2 * RING * 8)
+__host__ __device__ constexpr u32 ring_smem(u32 nr) { return nr * RING_STAGE + 2 * nr * 8; }
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
     return (u32)__cvta_generic_to_shared(p);
@@ -213,15 +214,15 @@ __device__ __forceinline__ void mbar_arrive(u32 bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
-template <bool BARRIERS>
+template <bool BARRIERS, u32 NR>
 __device__ void step_ring(const Mat* __restrict__ mats, u32 nm, u32* counters, u32 delay_ns,
                           u32* out) {
     extern __shared__ __align__(128) unsigned char ring[];
     __shared__ u32 part[2][8];
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const u32 full = smem_addr(ring + RING * RING_STAGE), empty = full + 8 * RING;
+    const u32 full = smem_addr(ring + NR * RING_STAGE), empty = full + 8 * NR;
     if (threadIdx.x == 0) {
-        for (u32 s = 0; s < RING; s++) {
+        for (u32 s = 0; s < NR; s++) {
             mbar_init_at(full + 8 * s, 1);
             mbar_init_at(empty + 8 * s, 8);
         }
@@ -233,7 +234,7 @@ __device__ void step_ring(const Mat* __restrict__ mats, u32 nm, u32* counters, u
     walk_skip(mats, nm, c);
     if (warp == 8) {  // the producer
         for (u32 k = 0; c.m < nm; k++, c = next(c)) {
-            const u32 s = k % RING, ph = (k / RING) & 1;
+            const u32 s = k % NR, ph = (k / NR) & 1;
             mbar_wait_parity(empty + 8 * s, ph ^ 1);
             if (lane == 0) mbar_expect_at(full + 8 * s, RING_STAGE);
             __syncwarp();
@@ -260,7 +261,7 @@ __device__ void step_ring(const Mat* __restrict__ mats, u32 nm, u32* counters, u
             if (c.m > 0) barrier(c.m);
             waited = c.m + 1;
         }
-        const u32 s = k % RING, ph = (k / RING) & 1;
+        const u32 s = k % NR, ph = (k / NR) & 1;
         mbar_wait_parity(full + 8 * s, ph);
         const unsigned char* st = ring + s * RING_STAGE + warp * 16 * 256;
         uint4 b[8];
@@ -287,10 +288,10 @@ __device__ void step_ring(const Mat* __restrict__ mats, u32 nm, u32* counters, u
     if (acc == 0x12345678u) out[blockIdx.x * 8 + warp] = acc;
 }
 
-#define RING_ENTRY(NAME, B)                                                                  \
-    extern "C" __global__ void __launch_bounds__(288, 1) NAME(const Mat* mats, u32 nm,        \
-                                                              u32* counters, u32 delay_ns,    \
-                                                              u32* out) {                     \
-        step_ring<B>(mats, nm, counters, delay_ns, out);                                     \
+#define RING_ENTRY(NAME, B, NR)                                                              \
+    extern "C" __global__ void __launch_bounds__(288) NAME(const Mat* mats, u32 nm,           \
+                                                           u32* counters, u32 delay_ns,       \
+                                                           u32* out) {                        \
+        step_ring<B, NR>(mats, nm, counters, delay_ns, out);                                 \
     }
-RING_ENTRY(ring0, false) RING_ENTRY(ring2, true)
+RING_ENTRY(ring0, false, 6) RING_ENTRY(ring2, true, 6) RING_ENTRY(ring2s3, true, 3)

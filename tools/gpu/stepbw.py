@@ -14,6 +14,7 @@ decode order with the decode products' load pattern, as
                32 KB that one producer warp fills by bulk copies (TMA), no barriers
   ring2        the same with step1's grid barriers: the producer runs on into the next
                matrix (up to 6 stages, 192 KB an SM, in flight) while the consumers wait
+  ring2s3      ring2 with 3 stages a CTA and two CTAs an SM
 
 each with no latency phase and with a latency phase after every q/k/v (attention, `--delay`
 microseconds of one thread: a `spin` launch between the kernels, a held barrier in the step
@@ -36,7 +37,12 @@ LAYER = [("qkv", 6144, 4096, 8), ("o", 4096, 4096, 8), ("gate/up", 28672, 4096, 
 HEAD = ("head", 128256, 4096, 1)
 LAYERS = 32
 BUF = 256  # bytes of a row one buffer holds
-RING_SMEM = 6 * 32768 + 2 * 6 * 8  # stepbw.cu's RING_SMEM: the ring kernels' dynamic bytes
+# The ring kernels' stages (stepbw.cu's entries) and dynamic shared memory (its ring_smem).
+RINGS = {"ring0": 6, "ring2": 6, "ring2s3": 3}
+
+
+def ring_smem(stages: int) -> int:
+    return stages * 32768 + 2 * stages * 8
 
 
 class Mat(ctypes.Structure):
@@ -129,15 +135,16 @@ def run(path: str, delays_us) -> int:
     print(f"step kernels: {regs.value} registers, {per_sm.value} CTAs an SM, grid {grid}; "
           f"{len(shapes)} matrices, {total / 1e9:.2f} GB a step")
     mat_size = ctypes.sizeof(Mat)
-    ring_fns = {m: fn(f"ring{m}") for m in (0, 2)}
-    ring_per_sm = ctypes.c_int()
-    for f in ring_fns.values():  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        assert cu.cuFuncSetAttribute(f, 8, RING_SMEM) == 0, "ring smem"
-    assert cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-        ctypes.byref(ring_per_sm), ring_fns[2], 288, ctypes.c_size_t(RING_SMEM)) == 0
-    ring_grid = ring_per_sm.value * sms
-    print(f"ring kernels: {ring_per_sm.value} CTA an SM of 288 threads, {RING_SMEM} bytes of "
-          f"shared memory, grid {ring_grid}")
+    rings = {}  # name: (function, grid, dynamic shared memory)
+    for name, stages in RINGS.items():
+        f, smem, per = fn(name), ring_smem(stages), ctypes.c_int()
+        # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        assert cu.cuFuncSetAttribute(f, 8, smem) == 0, f"{name} shared memory"
+        assert cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(per), f, 288,
+                                                              ctypes.c_size_t(smem)) == 0
+        rings[name] = (f, per.value * sms, smem)
+        print(f"{name}: {stages} stages of 32 KB, {per.value} CTAs an SM of 288 threads, "
+              f"grid {per.value * sms}")
 
     def kernels_step(delay_ns, one_group=False):
         t = tables[False].data_ptr()
@@ -155,13 +162,14 @@ def run(path: str, delays_us) -> int:
                     (P, counters.data_ptr()), (U, delay_ns), (P, sink.data_ptr())], False)
         return go
 
-    def ring_kernel(mode, delay_ns):
+    def ring_kernel(name, delay_ns):
+        f, grid_r, smem = rings[name]
+
         def go():
             counters.zero_()
-            launch(ring_fns[mode], ring_grid, 288,
-                   [(P, tables[delay_ns > 0].data_ptr()), (U, len(shapes)),
-                    (P, counters.data_ptr()), (U, delay_ns), (P, sink.data_ptr())], False,
-                   RING_SMEM)
+            launch(f, grid_r, 288, [(P, tables[delay_ns > 0].data_ptr()), (U, len(shapes)),
+                                    (P, counters.data_ptr()), (U, delay_ns),
+                                    (P, sink.data_ptr())], False, smem)
         return go
 
     def timed(label, body, reps=10, size=None):
@@ -225,8 +233,8 @@ def run(path: str, delays_us) -> int:
         timed(f"kernels (PDL, a group a CTA), {tag}", lambda: kernels_step(d, True))
         for m in (0, 1, 2) if d == 0 else (1, 2):
             timed(f"step{m}, {tag}", step_kernel(m, d))
-        for m in (0, 2) if d == 0 else (2,):
-            timed(f"ring{m}, {tag}", ring_kernel(m, d))
+        for name in RINGS if d == 0 else [r for r in RINGS if r != "ring0"]:
+            timed(f"{name}, {tag}", ring_kernel(name, d))
     return 0
 
 
