@@ -190,7 +190,7 @@ extern "C" __global__ void spin(u32 delay_ns) {
     }
 }
 
-// ---- The weights through a shared-memory ring filled by bulk copies (ring0, ring2) ----
+// ---- The weights through a shared-memory ring filled by bulk copies (ring*) ----
 // Would a persistent step keep the weight stream going through its dependences if the bytes
 // landed in shared memory rather than in registers? Here one producer warp brings every buffer
 // of the CTA's walk (the same groups, units and buffers as above; a stage is one buffer of the
@@ -214,11 +214,12 @@ __device__ __forceinline__ void mbar_arrive(u32 bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
-template <bool BARRIERS, u32 NR>
+template <bool BARRIERS, u32 NR, bool PDL = false>
 __device__ void step_ring(const Mat* __restrict__ mats, u32 nm, u32* counters, u32 delay_ns,
                           u32* out) {
     extern __shared__ __align__(128) unsigned char ring[];
     __shared__ u32 part[2][8];
+    if (PDL) pdl_launch();  // the next matrix's CTAs may become resident beside these
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const u32 full = smem_addr(ring + NR * RING_STAGE), empty = full + 8 * NR;
     if (threadIdx.x == 0) {
@@ -249,6 +250,9 @@ __device__ void step_ring(const Mat* __restrict__ mats, u32 nm, u32* counters, u
         }
         return;
     }
+    // PDL: the producer streams before the previous launch has ended (weights are immutable);
+    // the consumers fold nothing before it has.
+    if (PDL) pdl_wait();
     u32 acc = 0, parity = 0, arrived = 0, waited = 0;
     // The step kernels' barrier, over the 256 consumer threads.
     auto barrier = [&](u32 m) {
@@ -288,10 +292,15 @@ __device__ void step_ring(const Mat* __restrict__ mats, u32 nm, u32* counters, u
     if (acc == 0x12345678u) out[blockIdx.x * 8 + warp] = acc;
 }
 
-#define RING_ENTRY(NAME, B, NR)                                                              \
+#define RING_ENTRY(NAME, B, NR, PDL)                                                         \
     extern "C" __global__ void __launch_bounds__(288) NAME(const Mat* mats, u32 nm,           \
                                                            u32* counters, u32 delay_ns,       \
                                                            u32* out) {                        \
-        step_ring<B, NR>(mats, nm, counters, delay_ns, out);                                 \
+        step_ring<B, NR, PDL>(mats, nm, counters, delay_ns, out);                            \
     }
-RING_ENTRY(ring0, false, 6) RING_ENTRY(ring2, true, 6) RING_ENTRY(ring2s3, true, 3)
+RING_ENTRY(ring0, false, 6, false) RING_ENTRY(ring2, true, 6, false)
+RING_ENTRY(ring2s3, true, 3, false)
+// A launch a matrix (nm = 1) with PDL, as the engine's products: 3 stages (96 KB) and a CTA an
+// SM, so that the next matrix's CTA fits beside this one and its producer streams while this
+// one ends (and through a latency launch between them).
+RING_ENTRY(ring_pdl, false, 3, true)

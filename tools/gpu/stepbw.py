@@ -15,6 +15,9 @@ decode order with the decode products' load pattern, as
   ring2        the same with step1's grid barriers: the producer runs on into the next
                matrix (up to 6 stages, 192 KB an SM, in flight) while the consumers wait
   ring2s3      ring2 with 3 stages a CTA and two CTAs an SM
+  ring_pdl     a launch a matrix with PDL, as `kernels`, each a CTA an SM with a 3-stage ring
+               (96 KB) whose producer streams before the wait: the next launch's CTA fits
+               beside the current one, so its bytes are in flight through the boundary
 
 each with no latency phase and with a latency phase after every q/k/v (attention, `--delay`
 microseconds of one thread: a `spin` launch between the kernels, a held barrier in the step
@@ -39,6 +42,7 @@ LAYERS = 32
 BUF = 256  # bytes of a row one buffer holds
 # The ring kernels' stages (stepbw.cu's entries) and dynamic shared memory (its ring_smem).
 RINGS = {"ring0": 6, "ring2": 6, "ring2s3": 3}
+RING_PDL = 3  # ring_pdl's stages (a launch a matrix, a CTA an SM)
 
 
 def ring_smem(stages: int) -> int:
@@ -162,6 +166,17 @@ def run(path: str, delays_us) -> int:
                     (P, counters.data_ptr()), (U, delay_ns), (P, sink.data_ptr())], False)
         return go
 
+    pdl_ring, pdl_smem = fn("ring_pdl"), ring_smem(RING_PDL)
+    assert cu.cuFuncSetAttribute(pdl_ring, 8, pdl_smem) == 0, "ring_pdl shared memory"
+
+    def kernels_ring(delay_ns):
+        t = tables[False].data_ptr()
+        for i, (name, n, k, sl) in enumerate(shapes):
+            launch(pdl_ring, sms, 288, [(P, t + i * mat_size), (U, 1), (P, counters.data_ptr()),
+                                        (U, 0), (P, sink.data_ptr())], True, pdl_smem)
+            if delay_ns and name == "qkv":
+                launch(spin_fn, 1, 32, [(U, delay_ns)], True)
+
     def ring_kernel(name, delay_ns):
         f, grid_r, smem = rings[name]
 
@@ -235,6 +250,7 @@ def run(path: str, delays_us) -> int:
             timed(f"step{m}, {tag}", step_kernel(m, d))
         for name in RINGS if d == 0 else [r for r in RINGS if r != "ring0"]:
             timed(f"{name}, {tag}", ring_kernel(name, d))
+        timed(f"ring_pdl (a launch a matrix, PDL), {tag}", lambda: kernels_ring(d))
     return 0
 
 
