@@ -7,7 +7,7 @@
 #   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
 #        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs knobs33
-#        breakdown big summary rope sample wsab stepbw
+#        breakdown big summary rope sample wsab wsserve stepbw
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -231,26 +231,31 @@ stage_sample() {
   done
 }
 # Session 30's prefill-product knobs (kernels/gemm90ws.cu: TF_WS_ACC2, two accumulators so a
-# slice's fold runs beside the next stage's wgmmas; TF_WS_STAGGER, consumer 1 starting later):
-# ACC2's bitwise tests (linear_bf16_ws against linear_bf16 on every case shape; q/k/v and
-# gate/up in one launch against three, needs .gpu/cuda_fused) and check exact's fingerprints
-# (must equal the default's), then the products' TFLOP/s and served prefill, alternated.
+# slice's fold runs beside the next stage's wgmmas; TF_WS_STAGGER, consumer 1 starting later).
+# wsab (no model needed): ACC2's bitwise tests (linear_bf16_ws against linear_bf16 on every
+# case shape; q/k/v and gate/up in one launch against three, needs .gpu/cuda_fused), then the
+# products' TFLOP/s for each setting. wsserve (after synth): check exact's fingerprints with
+# ACC2 (must equal the default's) and served prefill 2,048 / 8,192 alternated, 3 rounds.
+WS_ACC2=TENSORFOLD_KERNEL_DEFINES=TF_WS_ACC2=1
 stage_wsab() {
-  local A=TENSORFOLD_KERNEL_DEFINES=TF_WS_ACC2=1 e r pp
-  env $A TF_WG_KERNELS=linear_bf16_ws timeout 400 .gpu/cuda_wgmma --ignored --nocapture \
+  local e
+  env $WS_ACC2 TF_WG_KERNELS=linear_bf16_ws timeout 300 .gpu/cuda_wgmma --ignored --nocapture \
     wg_linear_equals 2>&1 | grep -E "compared|test result|panicked|differ" | head -20
-  env $A timeout 200 .gpu/cuda_fused --ignored --nocapture fused_ops_equal 2>&1 |
+  env $WS_ACC2 timeout 200 .gpu/cuda_fused --ignored --nocapture fused_ops_equal 2>&1 |
     grep -E "test result|panicked|differ" | head -10
-  echo "default:  $(fingerprints X=1)"
-  echo "ACC2=1:   $(fingerprints $A)"
-  for e in X=1 $A "TENSORFOLD_KERNEL_DEFINES=TF_WS_STAGGER=400" \
+  for e in X=1 $WS_ACC2 "TENSORFOLD_KERNEL_DEFINES=TF_WS_STAGGER=400" \
       "TENSORFOLD_KERNEL_DEFINES=TF_WS_ACC2=1 TF_WS_STAGGER=400"; do
     echo "-- $e"
     env "$e" TF_WG_KERNELS=linear_bf16_ws timeout 200 .gpu/cuda_wgmma --ignored --nocapture \
       wg_linear_speed 2>&1 | grep "TFLOP"
   done
+}
+stage_wsserve() {
+  local e r pp
+  echo "default:  $(fingerprints X=1)"
+  echo "ACC2=1:   $(fingerprints $WS_ACC2)"
   for r in 1 2 3; do
-    for e in X=1 $A; do
+    for e in X=1 $WS_ACC2; do
       for pp in 2048 8192; do
         echo "$e prefill $pp: $(env $e $B bench -m $W/l8b --device cuda --pp $pp --tg 0 --reps 3 2>&1 |
           grep -o '"pp_tok_s":[0-9.]*' | tr '\n' ' ')"
