@@ -235,7 +235,8 @@ stage_sample() {
 # wsab (no model needed): ACC2's bitwise tests (linear_bf16_ws against linear_bf16 on every
 # case shape; q/k/v and gate/up in one launch against three, needs .gpu/cuda_fused), then the
 # products' TFLOP/s for each setting. wsserve (after synth): check exact's fingerprints with
-# ACC2 (must equal the default's) and served prefill 2,048 / 8,192 alternated, 3 rounds.
+# ACC2 (must equal the default's), the contract with ACC2, and served prefill 2,048 / 8,192
+# alternated, 3 rounds.
 WS_ACC2=TENSORFOLD_KERNEL_DEFINES=TF_WS_ACC2=1
 stage_wsab() {
   local e
@@ -254,6 +255,7 @@ stage_wsserve() {
   local e r pp
   echo "default:  $(fingerprints X=1)"
   echo "ACC2=1:   $(fingerprints $WS_ACC2)"
+  env $WS_ACC2 $B contract --device cuda --like llama3-8b | grep SUMMARY
   for r in 1 2 3; do
     for e in X=1 $WS_ACC2; do
       for pp in 2048 8192; do
