@@ -139,53 +139,41 @@ def run(path: str, delays_us) -> int:
     print(f"step kernels: {regs.value} registers, {per_sm.value} CTAs an SM, grid {grid}; "
           f"{len(shapes)} matrices, {total / 1e9:.2f} GB a step")
     mat_size = ctypes.sizeof(Mat)
-    rings = {}  # name: (function, grid, dynamic shared memory)
+    rings = {}  # name: (function, grid, block, dynamic shared memory)
     for name, stages in RINGS.items():
         f, smem, per = fn(name), ring_smem(stages), ctypes.c_int()
         # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         assert cu.cuFuncSetAttribute(f, 8, smem) == 0, f"{name} shared memory"
         assert cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(per), f, 288,
                                                               ctypes.c_size_t(smem)) == 0
-        rings[name] = (f, per.value * sms, smem)
+        rings[name] = (f, per.value * sms, 288, smem)
         print(f"{name}: {stages} stages of 32 KB, {per.value} CTAs an SM of 288 threads, "
               f"grid {per.value * sms}")
 
-    def kernels_step(delay_ns, one_group=False):
+    def per_matrix(delay_ns, f=None, grid_of=lambda n, sl: grid, block=256, smem=0):
+        """A launch a matrix with PDL (mat_pdl unless f), `spin` after each q/k/v."""
         t = tables[False].data_ptr()
         for i, (name, n, k, sl) in enumerate(shapes):
-            launch(mat_fn, (n // 16) * sl // 8 if one_group else grid, 256, [(P, t + i * mat_size), (U, 1), (P, counters.data_ptr()),
-                                        (U, 0), (P, sink.data_ptr())], True)
+            launch(f or mat_fn, grid_of(n, sl), block,
+                   [(P, t + i * mat_size), (U, 1), (P, counters.data_ptr()), (U, 0),
+                    (P, sink.data_ptr())], True, smem)
             if delay_ns and name == "qkv":
                 launch(spin_fn, 1, 32, [(U, delay_ns)], True)
 
-    def step_kernel(mode, delay_ns):
+    def one_launch(f, grid_f, block, smem, delay_ns):
+        """One persistent launch over every matrix (its counters zeroed first)."""
         def go():
             counters.zero_()
-            launch(step_fns[mode], grid, 256,
-                   [(P, tables[delay_ns > 0].data_ptr()), (U, len(shapes)),
-                    (P, counters.data_ptr()), (U, delay_ns), (P, sink.data_ptr())], False)
+            launch(f, grid_f, block, [(P, tables[delay_ns > 0].data_ptr()), (U, len(shapes)),
+                                      (P, counters.data_ptr()), (U, delay_ns),
+                                      (P, sink.data_ptr())], False, smem)
         return go
+
+    def a_group_a_cta(n, sl):
+        return (n // 16) * sl // 8
 
     pdl_ring, pdl_smem = fn("ring_pdl"), ring_smem(RING_PDL)
     assert cu.cuFuncSetAttribute(pdl_ring, 8, pdl_smem) == 0, "ring_pdl shared memory"
-
-    def kernels_ring(delay_ns):
-        t = tables[False].data_ptr()
-        for i, (name, n, k, sl) in enumerate(shapes):
-            launch(pdl_ring, sms, 288, [(P, t + i * mat_size), (U, 1), (P, counters.data_ptr()),
-                                        (U, 0), (P, sink.data_ptr())], True, pdl_smem)
-            if delay_ns and name == "qkv":
-                launch(spin_fn, 1, 32, [(U, delay_ns)], True)
-
-    def ring_kernel(name, delay_ns):
-        f, grid_r, smem = rings[name]
-
-        def go():
-            counters.zero_()
-            launch(f, grid_r, 288, [(P, tables[delay_ns > 0].data_ptr()), (U, len(shapes)),
-                                    (P, counters.data_ptr()), (U, delay_ns),
-                                    (P, sink.data_ptr())], False, smem)
-        return go
 
     def timed(label, body, reps=10, size=None):
         g = torch.cuda.CUDAGraph()
@@ -244,13 +232,14 @@ def run(path: str, delays_us) -> int:
             print(f"    {ms * 1000 / len(idx):.2f} us a matrix")
     for d in [0] + [int(x * 1000) for x in delays_us]:
         tag = f"delay {d / 1000:g} us after q/k/v"
-        timed(f"kernels (PDL), {tag}", lambda: kernels_step(d))
-        timed(f"kernels (PDL, a group a CTA), {tag}", lambda: kernels_step(d, True))
+        timed(f"kernels (PDL), {tag}", lambda: per_matrix(d))
+        timed(f"kernels (PDL, a group a CTA), {tag}", lambda: per_matrix(d, grid_of=a_group_a_cta))
         for m in (0, 1, 2) if d == 0 else (1, 2):
-            timed(f"step{m}, {tag}", step_kernel(m, d))
+            timed(f"step{m}, {tag}", one_launch(step_fns[m], grid, 256, 0, d))
         for name in RINGS if d == 0 else [r for r in RINGS if r != "ring0"]:
-            timed(f"{name}, {tag}", ring_kernel(name, d))
-        timed(f"ring_pdl (a launch a matrix, PDL), {tag}", lambda: kernels_ring(d))
+            timed(f"{name}, {tag}", one_launch(*rings[name], d))
+        timed(f"ring_pdl (a launch a matrix, PDL), {tag}",
+              lambda: per_matrix(d, pdl_ring, lambda n, sl: sms, 288, pdl_smem))
     return 0
 
 
