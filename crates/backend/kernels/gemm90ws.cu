@@ -293,10 +293,8 @@ __device__ __forceinline__ void ws_copy(const WsGrid& G, const WsParts<NP>& P, c
 // A consumer's running state over one tile's K.
 struct WsChain {
     float acc[64], tot[64];
-#if TF_WS_ACC2
-    float acc2[64];  // the odd slices' chains (TF_WS_ACC2)
-    bool due;        // the slice before this one is still to be folded
-#endif
+    float acc2[64];  // the odd slices' chains (TF_WS_ACC2; unused, so dropped, without it)
+    bool due;        // TF_WS_ACC2: the slice before this one is still to be folded
     bool first;
     u32 next_end;  // k where the current slice ends
     int pending;   // the stage whose wgmmas may still run, -1 for none

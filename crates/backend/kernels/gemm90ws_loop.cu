@@ -36,7 +36,6 @@ __device__ __forceinline__ void ws_tile_k_even(const WsGrid& G, WsChain& ch, u32
     }
 }
 
-#if TF_WS_ACC2
 // ws_tile_k_even with two accumulators (TF_WS_ACC2): the stage's wgmmas on accumulator A (this
 // slice's; acc for even slices, acc2 for odd), then, while they run, the fold of the other
 // when its slice ended at the stage before (`due`), then the wait and the stage released.
@@ -58,6 +57,8 @@ __device__ __forceinline__ void ws_tile_acc2(const WsGrid& G, WsChain& ch, u32 i
                                              u32 slice_len) {
     u32 odd = 0;  // the current slice's accumulator: acc (0) or acc2 (1)
     ch.due = false;
+#pragma unroll
+    for (int i = 0; i < 64; i++) ch.acc2[i] = 0.0f;
     for (u32 kt = 0; kt < G.ktiles; kt++) {
         if (odd) ws_stage_acc2<1>(G, ch, it + kt, aoff);
         else ws_stage_acc2<0>(G, ch, it + kt, aoff);
@@ -70,10 +71,7 @@ __device__ __forceinline__ void ws_tile_acc2(const WsGrid& G, WsChain& ch, u32 i
     // The last slice ended at K; its accumulator is the one before the last toggle.
     if (odd) wg_fold<64>(ch.acc, ch.tot, ch.first);
     else wg_fold<64>(ch.acc2, ch.tot, ch.first);
-    ch.first = false;
-    ch.due = false;
 }
-#endif
 
 // A consumer warpgroup (cw = 0, 1: features 64 cw .. of each tile).
 template <int NP>
@@ -97,15 +95,12 @@ __device__ __forceinline__ void ws_consume(const WsGrid& G, const WsParts<NP>& P
         ch.first = true;
         ch.next_end = slice_len;
         ch.pending = -1;
-#if TF_WS_ACC2
-        if (TF_WS_FOLD && TF_WS_DEPTH == 1 && G.k % TF_WS_KT == 0 && slice_len % TF_WS_KT == 0) {
-#pragma unroll
-            for (int i = 0; i < 64; i++) ch.acc2[i] = 0.0f;
+        const bool even =
+            TF_WS_FOLD && TF_WS_DEPTH == 1 && G.k % TF_WS_KT == 0 && slice_len % TF_WS_KT == 0;
+        if (TF_WS_ACC2 && even) {
             ws_tile_acc2(G, ch, it, cw * 64 * 128, slice_len);
             it += G.ktiles;
-        } else
-#endif
-        if (TF_WS_FOLD && TF_WS_DEPTH == 1 && G.k % TF_WS_KT == 0 && slice_len % TF_WS_KT == 0) {
+        } else if (even) {
             for (u32 kt = 0; kt < G.ktiles; kt++)
                 ws_tile_k_even(G, ch, it++, kt, cw * 64 * 128, slice_len);
         } else {
