@@ -32,26 +32,17 @@ if [ ! -f .gpu/tok/tokenizer.json ]; then
 fi
 peer="$repo/../shared/peers/torch_peer.py"
 if [ -f "$peer" ]; then cp "$peer" .gpu/torch_peer.py; else echo "prepare: no $peer (peer stage)" >&2; fi
-# The test binary's path is the one cargo prints for `--no-run`.
-wg=$(cargo test --release -p tf-backend --test cuda_wgmma --no-run 2>&1 |
-  sed -n 's/.*Executable .*(\(.*cuda_wgmma-[0-9a-f]*\)).*/\1/p' | tail -1)
-cp "$wg" .gpu/cuda_wgmma
-strip .gpu/cuda_wgmma
-# receipt.sh's rope stage: the q/k/v + rope + KV-write test binary.
-fr=$(cargo test --release -p tf-backend --test cuda_fused_rope --no-run 2>&1 |
-  sed -n 's/.*Executable .*(\(.*cuda_fused_rope-[0-9a-f]*\)).*/\1/p' | tail -1)
-cp "$fr" .gpu/cuda_fused_rope
-strip .gpu/cuda_fused_rope
-# receipt.sh's sample stage: the sampling test binary (penalties included).
-sm=$(cargo test --release -p tf-backend --test cuda_sample --no-run 2>&1 |
-  sed -n 's/.*Executable .*(\(.*cuda_sample-[0-9a-f]*\)).*/\1/p' | tail -1)
-cp "$sm" .gpu/cuda_sample
-strip .gpu/cuda_sample
-# receipt.sh's wsab stage: the fused-launch test binary (q/k/v and gate/up in one launch).
-fu=$(cargo test --release -p tf-backend --test cuda_fused --no-run 2>&1 |
-  sed -n 's/.*Executable .*(\(.*cuda_fused-[0-9a-f]*\)).*/\1/p' | tail -1)
-cp "$fu" .gpu/cuda_fused
-strip .gpu/cuda_fused
+# A tf-backend test binary into .gpu/, stripped; its path is the one cargo prints for
+# `--no-run`. cuda_wgmma: the products and wsab stages; cuda_fused_rope: rope; cuda_sample:
+# sample; cuda_fused: wsab (q/k/v and gate/up in one launch).
+test_bin() {
+  local path
+  path=$(cargo test --release -p tf-backend --test "$1" --no-run 2>&1 |
+    sed -n "s/.*Executable .*(\(.*$1-[0-9a-f]*\)).*/\1/p" | tail -1)
+  cp "$path" ".gpu/$1"
+  strip ".gpu/$1"
+}
+for t in cuda_wgmma cuda_fused_rope cuda_sample cuda_fused; do test_bin "$t"; done
 scripts/nvrtc-wheels.sh >/dev/null
 python3 tools/gpu/loadbw.py --build .gpu/loadbw.cubin
 python3 tools/gpu/stepbw.py --build .gpu/stepbw.cubin
