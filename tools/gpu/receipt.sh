@@ -7,7 +7,7 @@
 #   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
 #        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs knobs33
-#        breakdown big summary rope sample wsab wsserve stepbw
+#        breakdown big summary rope sample wsab wsserve stepbw ring ringserve
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -269,6 +269,31 @@ stage_wsserve() {
 # .gpu/stepbw.cubin): launches, grid barriers, and since session 30 the weights through a
 # shared-memory ring filled by bulk copies (ring0, ring2), with latency phases of 4 and 8 us.
 stage_stepbw() { python3 tools/gpu/stepbw.py .gpu/stepbw.cubin --delay 4 8; }
+# Session 31's ring-fed decode product (kernels/linear_ring.cu, TENSORFOLD_DEC_RING=1: o, down
+# and the head through a shared-memory ring in CTAs of half an SM). ring (no model; needs
+# .gpu/cuda_ring): bitwise against linear_bf16 on every shape it takes, logits with a row map,
+# the planted control, and the entries' speed alone and as a chain. ringserve (after synth):
+# check exact's fingerprints with it (must equal the default's), the contract with it, and
+# bench decode alternated, 3 rounds, on llama3-8b (and the 33B geometry when $W/n33 exists).
+RING_ON=TENSORFOLD_DEC_RING=1
+stage_ring() {
+  timeout 400 .gpu/cuda_ring --ignored --nocapture --test-threads 1 2>&1 |
+    grep -E "ring|test result|panicked|differ" | head -40
+}
+stage_ringserve() {
+  local e r
+  echo "default: $(fingerprints X=1)"
+  echo "ring:    $(fingerprints $RING_ON)"
+  env $RING_ON $B contract --device cuda --like llama3-8b | grep SUMMARY
+  for r in 1 2 3; do
+    for e in X=1 $RING_ON "$RING_ON TENSORFOLD_KERNEL_DEFINES=TF_RING_EARLY=0"; do
+      echo "$e decode l8b: $(decode_rates l8b 256 $e)"
+    done
+  done
+  if [ -f $W/n33/config.json ]; then
+    for e in X=1 $RING_ON X=1 $RING_ON; do echo "$e decode n33: $(decode_rates n33 64 $e)"; done
+  fi
+}
 stage_serve() {
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
   python3 tools/bench_concurrent.py --levels 1,4,16 --alone --serial --max-tokens 32 \

@@ -24,6 +24,7 @@ mod kernels;
 mod linear;
 pub mod loader;
 mod ops;
+mod ring;
 mod sample;
 mod staging;
 mod step_events;
