@@ -269,16 +269,23 @@ stage_wsserve() {
 # .gpu/stepbw.cubin): launches, grid barriers, and since session 30 the weights through a
 # shared-memory ring filled by bulk copies (ring0, ring2), with latency phases of 4 and 8 us.
 stage_stepbw() { python3 tools/gpu/stepbw.py .gpu/stepbw.cubin --delay 4 8; }
-# Session 31's ring-fed decode product (kernels/linear_ring.cu, TENSORFOLD_DEC_RING=1: o, down
-# and the head through a shared-memory ring in CTAs of half an SM). ring (no model; needs
-# .gpu/cuda_ring): bitwise against linear_bf16 on every shape it takes, logits with a row map,
-# the planted control, and the entries' speed alone and as a chain. ringserve (after synth):
+# Session 31's ring-fed decode products (kernels/linear_ring.cu, TENSORFOLD_DEC_RING=1: o,
+# gate/up + SwiGLU, down and the head through a shared-memory ring in CTAs of half an SM). ring (no model; needs
+# .gpu/cuda_ring): bitwise against linear_bf16 (and the SwiGLU entry against swiglu_d8) on
+# every shape they take, logits with a row map, the planted controls, and the entries' speed
+# alone and as a chain, with 2 producer warps (default) and with 1 and 4. ringserve (after synth):
 # check exact's fingerprints with it (must equal the default's), the contract with it, and
 # bench decode alternated, 3 rounds, on llama3-8b (and the 33B geometry when $W/n33 exists).
 RING_ON=TENSORFOLD_DEC_RING=1
 stage_ring() {
-  timeout 400 .gpu/cuda_ring --ignored --nocapture --test-threads 1 2>&1 |
+  local p
+  timeout 300 .gpu/cuda_ring --ignored --nocapture --test-threads 1 2>&1 |
     grep -E "ring|test result|panicked|differ" | head -40
+  for p in 1 4; do
+    echo "-- TF_RING_PRODUCERS=$p"
+    TENSORFOLD_KERNEL_DEFINES=TF_RING_PRODUCERS=$p timeout 100 .gpu/cuda_ring --ignored \
+      --nocapture ring_speed 2>&1 | grep -E "ring (speed|chain)|panicked"
+  done
 }
 stage_ringserve() {
   local e r

@@ -1,39 +1,41 @@
-// The decode product with its weights through a shared-memory ring (sm_90: bulk copies
-// completing on mbarriers), `linear_bf16_ring`: linear_bf16's arithmetic for calls of at most
-// 8 rows (compiled in one unit after linear.cu, whose definition it computes; the host takes it
-// only under TENSORFOLD_DEC_RING=1, `cuda/ring.rs`, until the GPU has measured it).
+// Decode products with their weights through a shared-memory ring (sm_90: bulk copies
+// completing on mbarriers): `linear_bf16_ring` (linear_bf16's product) and
+// `linear_bf16_swiglu_ring` (linear_bf16_swiglu_d8's gate, up and SwiGLU), for calls of at most
+// 8 rows. Compiled in one unit after linear.cu and linear_group.cu, whose definitions they
+// compute; the host takes them only under TENSORFOLD_DEC_RING=1 (`cuda/ring.rs`) until the GPU
+// has measured them.
 //
 // Why: the register-buffered entries hold a whole SM (2 CTAs x 256 threads x ~120 registers),
 // so the next launch's CTAs cannot become resident, and issue their first weights, before this
 // launch's CTAs exit; each kernel boundary of a decode step then drains the weight stream
 // (tools/gpu/stepbw.py, session 26: the step's weights by a launch a matrix with PDL 3.81-3.87
 // ms, in one launch without barriers 3.38-3.46). Here the bytes in flight live in shared
-// memory, not registers: a CTA is one producer warp and 8 consumer warps (288 threads, at most
-// 112 registers) with a ring of TF_RING_STAGES stages of 34 KB, so two CTAs fit an SM: the next
+// memory, not registers: a CTA is 8 consumer warps and TF_RING_PRODUCERS producer warps (at
+// most 384 threads, 85 registers) with a ring of TF_RING_STAGES stages of 34 KB, so two CTAs fit an SM: the next
 // launch's CTA sits beside this one and its producer streams before its pdl_wait (weights are
 // immutable), through the boundary.
 //
 // The arithmetic is linear.cu's, element for element. A tile is 16 features (weight rows n0 ..
-// n0 + 15, n % 16 == 0) and its S K slices are its jobs (the host's k_split; taken only where
-// every slice is full, S * len == K, and len % 128 == 0). Job (tile, s) is one warp's chain
-// from +0 over the k16 steps of [s * len, (s + 1) * len) in increasing k: step e of a 128-k run
-// sums the 16 consecutive k0 + 16e + 0..15 (linear.cu's k16 sets; which lane feeds which k
-// inside a step changes no bit, tests/cuda_wgmma.rs's probe mode 0, so the weights are read by
-// ldmatrix in their natural order and the activations as the mma's natural B fragment). The
-// tile's partials are added in slice order (part0, += part1, ...), then the bias, one
-// rounding (store_linear). Which CTA or warp runs a job, and when its bytes arrived, change no
-// bit.
+// n0 + 15, n % 16 == 0) and its jobs are its matrices' K slices (the host's k_split: S slices
+// of len k; gate's S then up's S for the SwiGLU entry; taken only where every slice is full,
+// S * len == K, and len % 128 == 0). A job is one warp's chain from +0 over the k16 steps of
+// [s * len, (s + 1) * len) in increasing k: step e of a 128-k run sums the 16 consecutive
+// k0 + 16e + 0..15 (linear.cu's k16 sets; which lane feeds which k inside a step changes no
+// bit, tests/cuda_wgmma.rs's probe mode 0, so the weights are read by ldmatrix in their natural
+// order and the activations as the mma's natural B fragment). A matrix's partials are added
+// in slice order (part0, += part1, ...), then the bias, one rounding (store_linear; for SwiGLU
+// swiglu_store). Which CTA or warp runs a job, and when its bytes arrived, change no bit.
 //
-// Layout: a bundle is B = max(1, 8 / S) consecutive tiles (their B * S jobs, 8 a round, R =
-// B * S / 8 rounds); a CTA walks bundles blockIdx.x, + gridDim.x, ... A stage is one 128-k run
-// (256 bytes) of each of a round's 8 jobs' 16 rows: 128 row runs, run q = 16 * warp + row at
-// q * RING_PITCH (272 bytes: the 16 bytes of padding put the 8 rows an ldmatrix reads in 8
-// different bank groups). A bundle is R * (len / 128) stages, round by round, each round's
-// runs in k order. The producer (warp 8) issues a stage's 128 copies (4 a lane) once the
-// consumers freed it (`empty`, 8 arrivals), completing on `full`; it never waits for the
-// previous kernel. Consumer warp w runs its job's 8 k16 steps of each stage and stores its
-// chain's partial to `part` at its job's last run; at a bundle's end the 256 consumer threads
-// combine (named barrier 1 around it).
+// Layout: a bundle is B = max(1, 8 / J) consecutive tiles of J jobs (their B * J jobs, 8 a
+// round, R = B * J / 8 rounds); a CTA walks bundles blockIdx.x, + gridDim.x, ... A stage is one
+// 128-k run (256 bytes) of each of a round's 8 jobs' 16 rows: 128 row runs, run q = 16 * warp +
+// row at q * RING_PITCH (272 bytes: the 16 bytes of padding put the 8 rows an ldmatrix reads in
+// 8 different bank groups). A bundle is R * (len / 128) stages, round by round, each round's
+// runs in k order. The producer warps (8 ..) issue a stage's 128 copies once the consumers
+// freed it (`empty`, 8 arrivals), completing on `full` (an arrival a producer warp, with its
+// bytes); they never wait for the previous kernel (TF_RING_EARLY). Consumer warp w runs its job's 8 k16 steps of each stage and
+// stores its chain's partial to `part` at its job's last run; at a bundle's end the 256
+// consumer threads combine (named barrier 1 around it).
 
 #ifndef TF_RING_STAGES
 #define TF_RING_STAGES 3
@@ -45,6 +47,15 @@
 #define TF_RING_EARLY 1
 #endif
 static_assert(TF_RING_STAGES >= 2 && TF_RING_STAGES <= 3, "the host sizes shared memory for 3");
+// Producer warps a CTA (1, 2 or 4; the host reads it too, `ring::producers`): a stage's 128 bulk
+// copies are issued by one lane at a time (the copy takes uniform operands), ~8 instructions a
+// copy, so one warp issues ~1,000 instructions per 34 KB stage; P warps share them.
+#ifndef TF_RING_PRODUCERS
+#define TF_RING_PRODUCERS 2
+#endif
+static_assert(TF_RING_PRODUCERS == 1 || TF_RING_PRODUCERS == 2 || TF_RING_PRODUCERS == 4,
+              "1, 2 or 4 producer warps");
+#define RING_THREADS (256 + 32 * TF_RING_PRODUCERS)
 #define RING_PITCH 272
 #define RING_STAGE_BYTES (8 * 16 * RING_PITCH)
 // Jobs of a bundle with partials (R <= 2: S <= 16).
@@ -71,29 +82,35 @@ __device__ __forceinline__ void ring_ldmatrix(u32 addr, u32& a0, u32& a1, u32& a
 // memory clobber).
 __device__ __forceinline__ u32 ld_act4(const bf16* p) { return __ldg((const unsigned int*)p); }
 
-// The shape of a ring launch: tiles of 16 features, S slices of len k, bundles of B tiles.
+// The shape of a ring launch: tiles of 16 features with J jobs each (a job: one K slice, of
+// len k, of one of the tile's matrices: job j reads matrix j / S, slice j % S), bundles of B
+// tiles (R rounds of 8 jobs).
 struct RingShape {
-    u32 tiles, S, len, runs, B, R, bundles;
-    __device__ __forceinline__ RingShape(u32 n, u32 S_, u32 len_) {
+    u32 tiles, J, S, len, runs, B, R, bundles;
+    __device__ __forceinline__ RingShape(u32 n, u32 J_, u32 S_, u32 len_) {
         tiles = n / 16;
+        J = J_;
         S = S_;
         len = len_;
         runs = len / 128;
-        B = S >= 8 ? 1 : 8 / S;
-        R = B * S / 8;
+        B = J >= 8 ? 1 : 8 / J;
+        R = B * J / 8;
         bundles = (tiles + B - 1) / B;
     }
-    // Job `u` (0 .. B * S) of bundle b: its tile (tiles when past the last) and slice.
+    // The tile of job `u` (0 .. B * J) of bundle b (`tiles` when past the last).
     __device__ __forceinline__ u32 tile_of(u32 b, u32 u) const {
-        const u32 t = b * B + u / S;
+        const u32 t = b * B + u / J;
         return t < tiles ? t : tiles;
     }
 };
 
-// The producer warp: every stage of the CTA's bundles, in the consumers' order.
-__device__ __forceinline__ void ring_produce(const RingShape& sh, const bf16* __restrict__ w,
+// A producer warp (p of TF_RING_PRODUCERS): its share of every stage of the CTA's bundles (row
+// runs q = p * 128 / P + lane + 32 j), in the consumers' order, arriving on `full` with its
+// bytes. Job j of a tile reads matrix w0 (j < S) or w1 (each (n, k), row-major).
+__device__ __forceinline__ void ring_produce(const RingShape& sh, const bf16* w0, const bf16* w1,
                                              u32 k, unsigned char* ring, u32 full, u32 empty) {
-    const u32 lane = threadIdx.x & 31;
+    constexpr u32 PER = 4 / TF_RING_PRODUCERS;  // copies a lane a stage
+    const u32 lane = threadIdx.x & 31, q0 = ((threadIdx.x >> 5) - 8) * 32 * PER;
     if (!TF_RING_EARLY) pdl_wait();
     u32 q = 0;  // stages issued
     for (u32 b = blockIdx.x; b < sh.bundles; b += gridDim.x)
@@ -101,30 +118,34 @@ __device__ __forceinline__ void ring_produce(const RingShape& sh, const bf16* __
             for (u32 i = 0; i < sh.runs; i++, q++) {
                 const u32 s = q % TF_RING_STAGES, ph = (q / TF_RING_STAGES) & 1;
                 mbar_wait_parity(empty + 8 * s, ph ^ 1);
-                u32 jobs = 0;  // this round's jobs with a tile
-                for (u32 v = 0; v < 8; v++) jobs += sh.tile_of(b, 8 * r + v) < sh.tiles;
-                if (lane == 0) mbar_expect_at(full + 8 * s, jobs * 16 * 256);
+                u32 runs = 0;  // this warp's row runs with a tile
+#pragma unroll
+                for (u32 j = 0; j < PER; j++)
+                    runs += 16 * (sh.tile_of(b, 8 * r + (q0 + 32 * j) / 16) < sh.tiles) +
+                            16 * (sh.tile_of(b, 8 * r + (q0 + 32 * j) / 16 + 1) < sh.tiles);
+                if (lane == 0) mbar_expect_at(full + 8 * s, runs * 256);
                 __syncwarp();
 #pragma unroll
-                for (u32 j = 0; j < 4; j++) {
-                    const u32 qq = lane + 32 * j, u = 8 * r + qq / 16;
+                for (u32 j = 0; j < PER; j++) {
+                    const u32 qq = q0 + lane + 32 * j, u = 8 * r + qq / 16, job = u % sh.J;
                     const u32 t = sh.tile_of(b, u);
                     if (t == sh.tiles) continue;
-                    const bf16* src =
-                        w + (u64)(16 * t + qq % 16) * k + (u % sh.S) * sh.len + 128 * i;
+                    const bf16* src = (job < sh.S ? w0 : w1) + (u64)(16 * t + qq % 16) * k +
+                                      (job % sh.S) * sh.len + 128 * i;
                     bulk_copy_at(ring_saddr(ring + s * RING_STAGE_BYTES + qq * RING_PITCH), src,
                                  256, full + 8 * s);
                 }
             }
 }
 
-// A consumer warp: its job's steps of every stage, and the bundles' combines.
+// A consumer warp: its job's steps of every stage, and the bundles' combines: `store(t, p)`
+// writes tile t's outputs from its J jobs' partials p ([J][32 lanes][4] floats), run by the
+// 256 consumer threads (threads < 128 one element each, linear.cu's tile_elem order).
+template <class Store>
 __device__ __forceinline__ void ring_consume(const RingShape& sh, const bf16* __restrict__ x,
-                                             const u32* __restrict__ row_idx,
-                                             const float* __restrict__ bias, void* out,
-                                             int out_mode, u32 n, u32 k, u32 rows,
+                                             const u32* __restrict__ row_idx, u32 k, u32 rows,
                                              const unsigned char* ring, float* part, u32 full,
-                                             u32 empty) {
+                                             u32 empty, Store store) {
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     pdl_wait();
     const bool vx = g < rows;
@@ -138,7 +159,7 @@ __device__ __forceinline__ void ring_consume(const RingShape& sh, const bf16* __
         for (u32 r = 0; r < sh.R; r++) {
             const u32 u = 8 * r + warp;
             const bool has = sh.tile_of(b, u) < sh.tiles;
-            const u32 k0 = (u % sh.S) * sh.len;
+            const u32 k0 = (u % sh.J % sh.S) * sh.len;
             for (u32 i = 0; i < sh.runs; i++, q++) {
                 const u32 s = q % TF_RING_STAGES, ph = (q / TF_RING_STAGES) & 1;
                 mbar_wait_parity(full + 8 * s, ph);
@@ -164,48 +185,73 @@ __device__ __forceinline__ void ring_consume(const RingShape& sh, const bf16* __
                 if (lane == 0) ring_arrive(empty + 8 * s);
             }
         }
-        // The bundle's combine: each tile's partials in slice order (linear_body's).
         ring_consumers_sync();
-        for (u32 e = threadIdx.x; e < sh.B * 128; e += 256) {
-            const u32 tl = e / 128, t = b * sh.B + tl;
-            u32 f, tok;
-            tile_elem<1>(e % 128, 16 * t, 0, &f, &tok);
-            if (t >= sh.tiles || tok >= rows) continue;
-            float total = part[tl * sh.S * 128 + e % 128];
-            for (u32 s2 = 1; s2 < sh.S; s2++) total += part[(tl * sh.S + s2) * 128 + e % 128];
-            store_linear(out, out_mode, (u64)tok * n + f, total, bias, f);
+        for (u32 tl = 0; tl < sh.B; tl++) {
+            const u32 t = b * sh.B + tl;
+            if (t < sh.tiles) store(t, part + tl * sh.J * 128);
         }
         ring_consumers_sync();  // the partials are read before the next bundle writes them
     }
 }
-#endif
 
-// grid: (min(bundles, SMs)); block: 288 threads; dynamic shared memory ring_smem (the host's
-// `ring::RING_SMEM`): TF_RING_STAGES stages, RING_JOBS x 128 partials, 2 x TF_RING_STAGES
-// mbarriers. rows <= 8; n % 16 == 0, S * len == k, len % 128 == 0, S a power of two <= 16
-// (checked by the host). Arguments as linear_bf16's, plus S.
-extern "C" __global__ void __launch_bounds__(288, 2) linear_bf16_ring(
-    const bf16* __restrict__ w, const bf16* __restrict__ x, const u32* __restrict__ row_idx,
-    const float* __restrict__ bias, void* out, int out_mode, u32 n, u32 k, u32 rows,
-    u32 slice_len, u32 S) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    extern __shared__ __align__(128) unsigned char ring[];
+// An entry's start: the mbarriers, then the producer warps (8 ..) and the consumers part.
+// `ring`: the dynamic shared memory (stages, then RING_JOBS x 128 partials, then the barriers).
+template <class Store>
+__device__ __forceinline__ void ring_run(const RingShape& sh, const bf16* w0, const bf16* w1,
+                                         const bf16* __restrict__ x,
+                                         const u32* __restrict__ row_idx, u32 k, u32 rows,
+                                         unsigned char* ring, Store store) {
     float* part = (float*)(ring + TF_RING_STAGES * RING_STAGE_BYTES);
     const u32 full = ring_saddr(part + RING_JOBS * 128), empty = full + 8 * TF_RING_STAGES;
     pdl_launch();  // the next launch's CTAs may sit beside these and stream their weights
     if (threadIdx.x == 0) {
         for (u32 s = 0; s < TF_RING_STAGES; s++) {
-            mbar_init_at(full + 8 * s, 1);
+            mbar_init_at(full + 8 * s, TF_RING_PRODUCERS);
             mbar_init_at(empty + 8 * s, 8);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    const RingShape sh(n, S, slice_len);
     if (threadIdx.x >= 256) {
-        ring_produce(sh, w, k, ring, full, empty);
+        ring_produce(sh, w0, w1, k, ring, full, empty);
         return;
     }
-    ring_consume(sh, x, row_idx, bias, out, out_mode, n, k, rows, ring, part, full, empty);
+    ring_consume(sh, x, row_idx, k, rows, ring, part, full, empty, store);
+}
+#endif
+
+// grid: (min(bundles, SMs)); block: RING_THREADS threads; dynamic shared memory ring_smem (the host's
+// `ring::SMEM`): TF_RING_STAGES stages, RING_JOBS x 128 partials, 2 x TF_RING_STAGES
+// mbarriers. rows <= 8; n % 16 == 0, S * len == k, len % 128 == 0, a tile's jobs a power of
+// two <= 16 (checked by the host, `ring::fits`).
+
+// linear_bf16's product: arguments as linear_bf16's, plus S; a tile's jobs are its S slices,
+// combined as linear_body does.
+extern "C" __global__ void __launch_bounds__(RING_THREADS, 2) linear_bf16_ring(
+    const bf16* __restrict__ w, const bf16* __restrict__ x, const u32* __restrict__ row_idx,
+    const float* __restrict__ bias, void* out, int out_mode, u32 n, u32 k, u32 rows,
+    u32 slice_len, u32 S) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(128) unsigned char ring[];
+    auto store = [&](u32 t, const float* p) {
+        const u32 e = threadIdx.x;
+        u32 f, tok;
+        tile_elem<1>(e, 16 * t, 0, &f, &tok);
+        if (e >= 128 || tok >= rows) return;
+        store_linear(out, out_mode, (u64)tok * n + f, slice_total<1>(p, e, 0, S), bias, f);
+    };
+    ring_run(RingShape(n, S, S, slice_len), w, w, x, row_idx, k, rows, ring, store);
+#endif
+}
+
+// linear_bf16_swiglu_d8's product (SWIGLU_PARAMS): a tile's jobs are gate's S slices, then
+// up's, combined as swiglu_store does (gate, up and act = bf16(bf16(silu(gate)) * up)).
+extern "C" __global__ void __launch_bounds__(RING_THREADS, 2) linear_bf16_swiglu_ring(SWIGLU_PARAMS) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(128) unsigned char ring[];
+    auto store = [&](u32 t, const float* p) {
+        if (threadIdx.x < 128) swiglu_store<1>(SWIGLU_ARGS, p, 16 * t, 0);
+    };
+    ring_run(RingShape(n, 2 * S, S, len), wg, wu, x, nullptr, k, rows, ring, store);
 #endif
 }

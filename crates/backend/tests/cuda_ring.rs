@@ -1,9 +1,10 @@
 //! `linear_bf16_ring` (the decode product fed by a shared-memory ring, `kernels/linear_ring.cu`)
 //! against `linear_bf16`, bit for bit, on every shape it takes (K slices of 1, 4, 8 and 16:
 //! bundles of 8, 2 and 1 tiles and two rounds a tile; a last bundle short of tiles; 14 runs a
-//! slice), 1 to 8 rows, bf16 and f32 outputs, bias, rows of -0.0; `logits` with a row map; a
-//! planted weight change that the comparison must see; and the speed of both entries, alone and
-//! as a chain of products (prints only).
+//! slice), 1 to 8 rows, bf16 and f32 outputs, bias, rows of -0.0; `logits` with a row map;
+//! `linear_swiglu` on `linear_bf16_swiglu_ring` against `linear_bf16_swiglu_d8` (gate, up and
+//! act; tiles of 8, 4 and 2 jobs); planted weight changes that the comparisons must see; and
+//! the speed of the entries, alone and as a chain of products (prints only).
 //!
 //! Every test needs an NVIDIA GPU (sm_90a) and is ignored elsewhere; on the GPU machine:
 //! `cargo test --release -p tf-backend --test cuda_ring -- --ignored --nocapture`.
@@ -14,7 +15,7 @@ use common::cuda::*;
 use common::*;
 use tf_backend::batch::SeqMeta;
 use tf_backend::cuda::{CudaBackend, CudaWeight};
-use tf_backend::{ActDType, Backend};
+use tf_backend::{ActDType, Backend, SwigluArgs};
 use tf_checkpoint::{DType, TensorFormat, TensorView};
 
 const RING: &str = "linear_bf16_ring";
@@ -128,6 +129,62 @@ fn ring_logits_equal_linear_bf16_logits() {
     assert_eq!(differ, 0);
 }
 
+/// gate, up and act of `linear_swiglu` at `rows` rows, with the ring switch `on`.
+fn swiglu(
+    g: &CudaBackend,
+    on: bool,
+    x: &tf_backend::cuda::CudaTensor,
+    (wg, wu): (&CudaWeight, &CudaWeight),
+    (rows, n): (usize, usize),
+) -> Vec<u32> {
+    g.set_decode_ring(on);
+    let (mut gate, mut up, mut out) = (bf(g, rows, n), bf(g, rows, n), bf(g, rows, n));
+    let a = SwigluArgs { x, gate_w: wg, up_w: wu, gate: &mut gate, up: &mut up, out: &mut out };
+    g.linear_swiglu(a).unwrap();
+    g.set_decode_ring(false);
+    [&gate, &up, &out].iter().flat_map(|t| read_bits(g, t, rows)).collect()
+}
+
+/// `linear_swiglu` on the ring equals `linear_bf16_swiglu_d8`: gate and up of 4 slices (a tile
+/// a bundle), 2 (2 tiles) and 1 (4 tiles, the last bundle of 3).
+#[test]
+#[ignore = "needs an NVIDIA GPU (sm_90a): run with --ignored on the GPU machine"]
+fn ring_swiglu_equals_the_register_entry_bitwise() {
+    let g = gpu();
+    let mut rng = Rng::new(33);
+    let mut failed = Vec::new();
+    for (n, k) in [(14336, 4096), (16384, 2048), (2051 * 16, 1024)] {
+        assert!(g.decode_ring_takes(1, (n, k), 2), "{n}x{k}: the ring does not take it");
+        let (gb, wg) = weight(&g, &mut rng, n, k);
+        let (_, wu) = weight(&g, &mut rng, n, k);
+        let (mut xb, _) = random_bf16(&mut rng, 8 * k, 1.0);
+        xb[k..2 * k].fill(0x8000);
+        for rows in [1usize, 2, 8] {
+            let x = up(&g, rows, k, &xb[..rows * k]);
+            let want = swiglu(&g, false, &x, (&wg, &wu), (rows, n));
+            let got = swiglu(&g, true, &x, (&wg, &wu), (rows, n));
+            let differ = want.iter().zip(&got).filter(|(a, b)| a != b).count();
+            if differ > 0 {
+                failed.push(format!("swiglu {n}x{k} rows {rows}: {differ} differ"));
+            }
+        }
+        // Control: a gate weight of the last tile's last slice changed must show.
+        let mut planted = gb;
+        let at = ((n - 1) * k + k - 3) * 2;
+        planted[at + 1] ^= 0x40;
+        let wp = weight_from(&g, n, k, planted);
+        let x = up(&g, 1, k, &xb[..k]);
+        let want = swiglu(&g, false, &x, (&wg, &wu), (1, n));
+        let got = swiglu(&g, true, &x, (&wp, &wu), (1, n));
+        let seen = want.iter().zip(&got).filter(|(a, b)| a != b).count();
+        println!("ring swiglu == swiglu_d8 {n}x{k} rows 1/2/8; control: {seen} differ");
+        if seen == 0 {
+            failed.push(format!("swiglu {n}x{k}: the planted weight change was not seen"));
+        }
+    }
+    assert!(failed.is_empty(), "ring swiglu differs:\n{}", failed.join("\n"));
+}
+
 /// Microseconds and GB/s of weights a call at one row, each entry alone (back to back) and as
 /// a chain o -> gate -> down -> o ... (each input the previous output), 10 rounds; prints only.
 #[test]
@@ -148,6 +205,27 @@ fn ring_speed() {
         }
         println!("ring speed {line}");
     }
+    // gate + up + SwiGLU (2 x 14336 x 4096) at one row, register entry and ring.
+    let (wg, wu) = (&ws[2], flat_weight(&g, 14336, 4096));
+    let x = up(&g, 1, 4096, &vec![0x3c00; 4096]);
+    let (mut gt, mut u, mut act) = (bf(&g, 1, 14336), bf(&g, 1, 14336), bf(&g, 1, 14336));
+    for on in [false, true] {
+        g.set_decode_ring(on);
+        let dt = per_call(&g, 50, || {
+            let a = SwigluArgs {
+                x: &x,
+                gate_w: wg,
+                up_w: &wu,
+                gate: &mut gt,
+                up: &mut u,
+                out: &mut act,
+            };
+            g.linear_swiglu(a).unwrap();
+        });
+        let gbs = (2 * 14336 * 4096 * 2) as f64 / dt / 1e9;
+        println!("ring speed swiglu ring={on}: {:.1} us {gbs:.0} GB/s", dt * 1e6);
+    }
+    g.set_decode_ring(false);
     // The chain: o (4096 x 4096), gate (14336 x 4096), down (4096 x 14336), 10 times.
     let (o, gate, down) = (&ws[0], &ws[2], &ws[3]);
     let mut a = up(&g, 1, 4096, &vec![0x3c00; 4096]);

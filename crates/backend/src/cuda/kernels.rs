@@ -251,6 +251,12 @@ pub(crate) const ENTRIES: &[Entry] = &[
         threads: super::ring::THREADS,
         dyn_smem: super::ring::SMEM,
     },
+    Entry {
+        name: super::ring::SWIGLU_ENTRY,
+        family: "linear",
+        threads: super::ring::THREADS,
+        dyn_smem: super::ring::SMEM,
+    },
     tiled_entry(LINEAR_TILED),
     tiled_entry(LINEAR_TILED_R),
     super::wgmma::wg_entry(super::wgmma::WG_SHAPES[0]),
@@ -268,7 +274,7 @@ fn launched_on(en: &Entry, arch: &str) -> bool {
     let wgmma_only = en.family == wgmma::FAMILY
         || en.name == WG_ENTRY
         || en.name == WS_ENTRY
-        || en.name == super::ring::ENTRY;
+        || super::ring::ENTRIES.contains(&en.name);
     !wgmma_only || wgmma::runs_on(arch)
 }
 
@@ -330,7 +336,7 @@ impl Registry {
                 }
                 // The ring entry's CTAs share an SM with the next launch's (two of ~110 KB):
                 // ask for the whole carveout as shared memory.
-                if en.name == super::ring::ENTRY && launched_on(en, &self.arch) {
+                if super::ring::ENTRIES.contains(&en.name) && launched_on(en, &self.arch) {
                     let a =
                         CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT;
                     f.set_attribute(a, 100).map_err(|e| format!("{}: carveout: {e}", en.name))?;

@@ -183,7 +183,7 @@ impl CudaBackend {
             "linear_bf16" => Kernel::Streaming,
             "linear_bf16_ws" if super::wgmma::runs_on(self.arch()) => Kernel::Ws,
             super::ring::ENTRY => {
-                if !super::ring::fits(self.arch(), rows, w.n, w.k, k_split(w.n, w.k)) {
+                if !super::ring::fits(self.arch(), rows, (w.n, w.k), k_split(w.n, w.k), 1) {
                     return Err(BackendError::Device(format!(
                         "`{name}` does not take {rows} rows of a [{}, {}] weight on {}",
                         w.n,
@@ -260,8 +260,8 @@ fn default_kernel(be: &CudaBackend, p: &Product<'_>) -> Kernel {
     match tiled_for(p.rows, n) {
         true => prefill_config(be, p.rows, n, dptr(&p.w.buf, &be.stream)),
         false
-            if super::ring::enabled()
-                && super::ring::fits(be.arch(), p.rows, n, k, k_split(n, k)) =>
+            if super::ring::enabled(be)
+                && super::ring::fits(be.arch(), p.rows, (n, k), k_split(n, k), 1) =>
         {
             Kernel::Ring
         }

@@ -99,6 +99,9 @@ pub struct CudaBackend {
     /// kernels of thousands of CTAs would let the next kernel's CTAs hold SMs while they wait
     /// (`TENSORFOLD_PDL_PREFILL=1`: every step takes it, for A/B).
     pub(crate) pdl_step: std::sync::atomic::AtomicBool,
+    /// Whether decode products take the ring-fed entries where they fit (`cuda/ring.rs`;
+    /// `TENSORFOLD_DEC_RING=1`, or `set_decode_ring` in tests).
+    pub(crate) dec_ring: std::sync::atomic::AtomicBool,
     /// Streaming multiprocessors (sizes the bounded attention split grid).
     pub(crate) sms: usize,
     /// What the last launch wrote to the KV pool if it was `kv_store` or `rope_kv_store`
@@ -195,6 +198,7 @@ impl CudaBackend {
             )),
             pdl: cc.0 >= 9 && std::env::var("TENSORFOLD_PDL").map_or(true, |v| v != "0"),
             pdl_step: std::sync::atomic::AtomicBool::new(true),
+            dec_ring: std::sync::atomic::AtomicBool::new(ring::from_env()),
             sms,
             kv_written: Mutex::new(None),
             launches: Default::default(),
@@ -322,6 +326,20 @@ impl CudaBackend {
             }
         };
         Ok(per_sm * self.sms as u32)
+    }
+
+    /// Turns the ring-fed decode products on or off (`TENSORFOLD_DEC_RING`'s switch; the
+    /// same bits either way). For tests.
+    #[doc(hidden)]
+    pub fn set_decode_ring(&self, on: bool) {
+        self.dec_ring.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a ring-fed decode entry computes a product of `rows` rows of `matrices` (n, k)
+    /// weights (1: linear, 2: gate and up) here. For tests.
+    #[doc(hidden)]
+    pub fn decode_ring_takes(&self, rows: usize, (n, k): (usize, usize), matrices: usize) -> bool {
+        ring::fits(self.arch(), rows, (n, k), linear::k_split(n, k), matrices)
     }
 
     /// Kernel launches issued so far, run or recorded into a graph (tests count a fused op's).

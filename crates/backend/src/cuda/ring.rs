@@ -4,56 +4,85 @@
 //! `pdl_wait` (weights are immutable). Same bits as `linear_bf16` for every element (the same
 //! k16 sets, slices and combine order; `tests/cuda_ring.rs` compares them bit for bit).
 //!
-//! Off until the GPU has measured it: `TENSORFOLD_DEC_RING=1` makes `linear` and `logits` take
-//! it where [`fits`] (sm_90a; the shape's every K slice full and a multiple of 128 k, features
-//! a multiple of 16). Speed only: which entry computes a product changes no bit.
+//! `linear_bf16_swiglu_ring` is `linear_bf16_swiglu_d8`'s product (gate and up for the same 16
+//! features, the SwiGLU epilogue) the same way.
+//!
+//! Off until the GPU has measured it: `TENSORFOLD_DEC_RING=1` makes `linear`, `logits` and
+//! `linear_swiglu` take them where [`fits`] (sm_90a; the shape's every K slice full and a
+//! multiple of 128 k, features a multiple of 16). Speed only: which entry computes a product
+//! changes no bit.
 
 use cudarc::driver::LaunchConfig;
 
 use super::CudaBackend;
 
-/// The entry point.
+/// The entry points: `linear` / `logits`, and gate + up + SwiGLU (`linear_swiglu`).
 pub(crate) const ENTRY: &str = "linear_bf16_ring";
-/// Threads a CTA: 8 consumer warps and a producer warp.
-pub(crate) const THREADS: u32 = 288;
+pub(crate) const SWIGLU_ENTRY: &str = "linear_bf16_swiglu_ring";
+pub(crate) const ENTRIES: [&str; 2] = [ENTRY, SWIGLU_ENTRY];
+/// Threads a CTA: 8 consumer warps and 2 producer warps (the kernels' default
+/// `TF_RING_PRODUCERS`; the knob's 1 or 4 launch 288 or 384, [`config`]).
+pub(crate) const THREADS: u32 = 256 + 32 * 2;
 /// Ring stages (the kernel's `TF_RING_STAGES`).
 const STAGES: u32 = 3;
 /// Bytes of a stage: 8 jobs x 16 rows x a 256-byte run at a pitch of 272 (`RING_PITCH`).
 const STAGE_BYTES: u32 = 8 * 16 * 272;
-/// Most jobs of a bundle whose partials the CTA holds (`RING_JOBS`): 16 slices.
+/// Most jobs of a tile (slices times matrices) whose partials the CTA holds (`RING_JOBS`).
 const JOBS: u32 = 16;
 /// Dynamic shared memory: the stages, the partials (128 floats a job), two mbarriers a stage.
 pub(crate) const SMEM: u32 = STAGES * STAGE_BYTES + JOBS * 128 * 4 + 2 * STAGES * 8;
 // Two CTAs fit an H100/H200 SM: 228 KB of shared memory, 1 KB of it reserved a CTA.
 const _: () = assert!(2 * (SMEM + 1024) <= 228 * 1024);
 
-/// Whether `TENSORFOLD_DEC_RING=1` asks for the ring entry (default: off).
-pub(crate) fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TENSORFOLD_DEC_RING").is_ok_and(|v| v == "1"))
+/// Whether `TENSORFOLD_DEC_RING=1` asks for the ring entries (default: off); the backend's
+/// switch starts from it (`CudaBackend::set_decode_ring`).
+pub(crate) fn from_env() -> bool {
+    std::env::var("TENSORFOLD_DEC_RING").is_ok_and(|v| v == "1")
 }
 
-/// Whether the ring entry computes a product of `rows` rows with weight `(n, k)` and K split
-/// `(slices, slice_len)` on `arch`.
-pub(crate) fn fits(arch: &str, rows: usize, n: usize, k: usize, split: (u32, u32)) -> bool {
+/// Producer warps a CTA: the kernels' `TF_RING_PRODUCERS` (2, or 1 / 4 through
+/// `TENSORFOLD_KERNEL_DEFINES`).
+fn producers() -> u32 {
+    static P: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *P.get_or_init(|| match super::compile::kernel_define("TF_RING_PRODUCERS").as_deref() {
+        Some("1") => 1,
+        Some("4") => 4,
+        _ => 2,
+    })
+}
+
+/// Whether the backend's switch is on.
+pub(crate) fn enabled(be: &CudaBackend) -> bool {
+    be.dec_ring.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Whether a ring entry computes a product of `rows` rows of `matrices` weights `(n, k)` (1:
+/// linear / logits, 2: gate and up) with K split `(slices, slice_len)` on `arch`.
+pub(crate) fn fits(
+    arch: &str,
+    rows: usize,
+    (n, k): (usize, usize),
+    split: (u32, u32),
+    matrices: usize,
+) -> bool {
     let (slices, len) = (split.0 as usize, split.1 as usize);
     super::wgmma::runs_on(arch)
         && rows <= super::kernels::LINEAR_DECODE_ROWS
         && n.is_multiple_of(16)
         && slices.is_power_of_two()
-        && slices <= JOBS as usize
+        && slices * matrices <= JOBS as usize
         && len.is_multiple_of(128)
         && slices * len == k
 }
 
-/// The launch of a product with `n` features and `slices` slices: one CTA an SM at most, each
-/// walking bundles of `max(1, 8 / slices)` tiles.
-pub(crate) fn config(be: &CudaBackend, n: usize, slices: u32) -> LaunchConfig {
-    let per_bundle = (8 / slices as usize).max(1);
+/// The launch of a product with `n` features and `jobs` jobs a tile: one CTA an SM at most,
+/// each walking bundles of `max(1, 8 / jobs)` tiles.
+pub(crate) fn config(be: &CudaBackend, n: usize, jobs: u32) -> LaunchConfig {
+    let per_bundle = (8 / jobs as usize).max(1);
     let bundles = (n / 16).div_ceil(per_bundle).max(1);
     LaunchConfig {
         grid_dim: (bundles.min(be.sms.max(1)) as u32, 1, 1),
-        block_dim: (THREADS, 1, 1),
+        block_dim: (256 + 32 * producers(), 1, 1),
         shared_mem_bytes: SMEM,
     }
 }
@@ -66,12 +95,15 @@ mod tests {
     fn the_ring_takes_the_shapes_of_full_128_k_slices() {
         let k = super::super::linear::k_split;
         for (n, kk) in [(4096, 4096), (4096, 14336), (128_256, 4096), (1024, 4096), (14336, 4096)] {
-            assert!(fits("sm_90a", 1, n, kk, k(n, kk)), "{n} x {kk}: {:?}", k(n, kk));
-            assert!(!fits("sm_89", 1, n, kk, k(n, kk)));
-            assert!(!fits("sm_90a", 9, n, kk, k(n, kk)));
+            assert!(fits("sm_90a", 1, (n, kk), k(n, kk), 1), "{n} x {kk}: {:?}", k(n, kk));
+            assert!(!fits("sm_89", 1, (n, kk), k(n, kk), 1));
+            assert!(!fits("sm_90a", 9, (n, kk), k(n, kk), 1));
         }
+        // gate and up: 4 slices each; k and v's 16 slices would be 32 jobs.
+        assert!(fits("sm_90a", 8, (14336, 4096), k(14336, 4096), 2));
+        assert!(!fits("sm_90a", 1, (1024, 4096), k(1024, 4096), 2));
         // smollm2's 576: slices of 288 k are not whole 128-k runs.
-        assert!(!fits("sm_90a", 1, 576, 576, k(576, 576)));
-        assert!(!fits("sm_90a", 1, 4100, 4096, k(4100, 4096)));
+        assert!(!fits("sm_90a", 1, (576, 576), k(576, 576), 1));
+        assert!(!fits("sm_90a", 1, (4100, 4096), k(4100, 4096), 1));
     }
 }
