@@ -274,8 +274,9 @@ stage_stepbw() { python3 tools/gpu/stepbw.py .gpu/stepbw.cubin --delay 4 8; }
 # .gpu/cuda_ring): bitwise against linear_bf16 (and the SwiGLU entry against swiglu_d8) on
 # every shape they take, logits with a row map, the planted controls, and the entries' speed
 # alone and as a chain, with 2 producer warps (default) and with 1 and 4. ringserve (after synth):
-# check exact's fingerprints with it (must equal the default's), the contract with it, and
-# bench decode alternated, 3 rounds, on llama3-8b (and the 33B geometry when $W/n33 exists).
+# check exact's fingerprints with each form (bulk copies: TENSORFOLD_DEC_RING=1, tensor copies:
+# =tma; each must equal the default's), the contract with the bulk form, and bench decode
+# alternated, 3 rounds, on llama3-8b (and the 33B geometry when $W/n33 exists).
 RING_ON=TENSORFOLD_DEC_RING=1
 stage_ring() {
   local p
@@ -287,18 +288,19 @@ stage_ring() {
       --nocapture ring_speed 2>&1 | grep -E "ring (speed|chain)|panicked"
   done
 }
+RING_TMA=TENSORFOLD_DEC_RING=tma
 stage_ringserve() {
   local e r
   echo "default: $(fingerprints X=1)"
   echo "ring:    $(fingerprints $RING_ON)"
+  echo "tma:     $(fingerprints $RING_TMA)"
   env $RING_ON $B contract --device cuda --like llama3-8b | grep SUMMARY
   for r in 1 2 3; do
-    for e in X=1 $RING_ON "$RING_ON TENSORFOLD_KERNEL_DEFINES=TF_RING_EARLY=0"; do
-      echo "$e decode l8b: $(decode_rates l8b 256 $e)"
-    done
+    for e in X=1 $RING_ON $RING_TMA; do echo "$e decode l8b: $(decode_rates l8b 256 $e)"; done
   done
+  echo "$RING_ON TF_RING_EARLY=0 decode l8b: $(decode_rates l8b 256 $RING_ON TENSORFOLD_KERNEL_DEFINES=TF_RING_EARLY=0)"
   if [ -f $W/n33/config.json ]; then
-    for e in X=1 $RING_ON X=1 $RING_ON; do echo "$e decode n33: $(decode_rates n33 64 $e)"; done
+    for e in X=1 $RING_ON $RING_TMA; do echo "$e decode n33: $(decode_rates n33 64 $e)"; done
   fi
 }
 stage_serve() {

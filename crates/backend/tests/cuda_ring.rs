@@ -14,11 +14,14 @@ mod common;
 use common::cuda::*;
 use common::*;
 use tf_backend::batch::SeqMeta;
-use tf_backend::cuda::{CudaBackend, CudaWeight};
+use tf_backend::cuda::{CudaBackend, CudaWeight, DecodeRing};
 use tf_backend::{ActDType, Backend, SwigluArgs};
 use tf_checkpoint::{DType, TensorFormat, TensorView};
 
-const RING: &str = "linear_bf16_ring";
+/// The ring entries: bulk copies, tensor copies.
+const RINGS: [&str; 2] = ["linear_bf16_ring", "linear_bf16_ring_tma"];
+/// The SwiGLU ring's forms.
+const FORMS: [DecodeRing; 2] = [DecodeRing::Bulk, DecodeRing::Tensor];
 
 /// (features, K, bias): o / q (8 slices), k and v (16: two rounds), gate and up (4: bundles of
 /// 2 tiles), down (8 slices of 1,792 k: 14 runs), q/k/v's 6,144 and a head of 2,053 tiles (one
@@ -76,10 +79,12 @@ fn ring_product_equals_linear_bf16_bitwise() {
             let c = Case { x: &x, rows, w: &w, n, bias };
             for dt in [ActDType::Bf16, ActDType::F32] {
                 let want = product(&g, "linear_bf16", &c, dt);
-                let got = product(&g, RING, &c, dt);
-                let differ = want.iter().zip(&got).filter(|(a, b)| a != b).count();
-                if differ > 0 {
-                    failed.push(format!("{n}x{k} rows {rows} {dt:?}: {differ} differ"));
+                for ring in RINGS {
+                    let got = product(&g, ring, &c, dt);
+                    let differ = want.iter().zip(&got).filter(|(a, b)| a != b).count();
+                    if differ > 0 {
+                        failed.push(format!("{ring} {n}x{k} rows {rows} {dt:?}: {differ} differ"));
+                    }
                 }
             }
         }
@@ -92,13 +97,15 @@ fn ring_product_equals_linear_bf16_bitwise() {
         let x = up(&g, 1, k, &xb[..k]);
         let c = Case { x: &x, rows: 1, w: &w, n, bias };
         let want = product(&g, "linear_bf16", &c, ActDType::F32);
-        let got = product(&g, RING, &Case { w: &wp, ..c }, ActDType::F32);
-        let seen = want.iter().zip(&got).filter(|(a, b)| a != b).count();
-        println!(
-            "ring == linear_bf16 {n}x{k} bias={with_bias} rows 1/2/3/8; control: {seen} differ"
-        );
-        if seen == 0 {
-            failed.push(format!("{n}x{k}: the planted weight change was not seen"));
+        for ring in RINGS {
+            let got = product(&g, ring, &Case { w: &wp, ..c }, ActDType::F32);
+            let seen = want.iter().zip(&got).filter(|(a, b)| a != b).count();
+            println!(
+                "{ring} == linear_bf16 {n}x{k} bias={with_bias} rows 1/2/3/8; control: {seen}"
+            );
+            if seen == 0 {
+                failed.push(format!("{ring} {n}x{k}: the planted weight change was not seen"));
+            }
         }
     }
     assert!(failed.is_empty(), "ring product differs:\n{}", failed.join("\n"));
@@ -123,25 +130,28 @@ fn ring_logits_equal_linear_bf16_logits() {
         g.logits_with_kernel(name, &x, &w, &b, &mut lo).unwrap();
         read_bits(&g, &lo, sel.len())
     };
-    let (want, got) = (run("linear_bf16"), run(RING));
-    let differ = want.iter().zip(&got).filter(|(a, b)| a != b).count();
-    println!("ring logits of {} mapped rows == linear_bf16's: {differ} differ", sel.len());
-    assert_eq!(differ, 0);
+    let want = run("linear_bf16");
+    for ring in RINGS {
+        let got = run(ring);
+        let differ = want.iter().zip(&got).filter(|(a, b)| a != b).count();
+        println!("{ring} logits of {} mapped rows == linear_bf16's: {differ} differ", sel.len());
+        assert_eq!(differ, 0, "{ring}");
+    }
 }
 
-/// gate, up and act of `linear_swiglu` at `rows` rows, with the ring switch `on`.
+/// gate, up and act of `linear_swiglu` at `rows` rows, with the ring switch at `form`.
 fn swiglu(
     g: &CudaBackend,
-    on: bool,
+    form: DecodeRing,
     x: &tf_backend::cuda::CudaTensor,
     (wg, wu): (&CudaWeight, &CudaWeight),
     (rows, n): (usize, usize),
 ) -> Vec<u32> {
-    g.set_decode_ring(on);
+    g.set_decode_ring(form);
     let (mut gate, mut up, mut out) = (bf(g, rows, n), bf(g, rows, n), bf(g, rows, n));
     let a = SwigluArgs { x, gate_w: wg, up_w: wu, gate: &mut gate, up: &mut up, out: &mut out };
     g.linear_swiglu(a).unwrap();
-    g.set_decode_ring(false);
+    g.set_decode_ring(DecodeRing::Off);
     [&gate, &up, &out].iter().flat_map(|t| read_bits(g, t, rows)).collect()
 }
 
@@ -161,11 +171,13 @@ fn ring_swiglu_equals_the_register_entry_bitwise() {
         xb[k..2 * k].fill(0x8000);
         for rows in [1usize, 2, 8] {
             let x = up(&g, rows, k, &xb[..rows * k]);
-            let want = swiglu(&g, false, &x, (&wg, &wu), (rows, n));
-            let got = swiglu(&g, true, &x, (&wg, &wu), (rows, n));
-            let differ = want.iter().zip(&got).filter(|(a, b)| a != b).count();
-            if differ > 0 {
-                failed.push(format!("swiglu {n}x{k} rows {rows}: {differ} differ"));
+            let want = swiglu(&g, DecodeRing::Off, &x, (&wg, &wu), (rows, n));
+            for form in FORMS {
+                let got = swiglu(&g, form, &x, (&wg, &wu), (rows, n));
+                let differ = want.iter().zip(&got).filter(|(a, b)| a != b).count();
+                if differ > 0 {
+                    failed.push(format!("swiglu {form:?} {n}x{k} rows {rows}: {differ} differ"));
+                }
             }
         }
         // Control: a gate weight of the last tile's last slice changed must show.
@@ -174,12 +186,14 @@ fn ring_swiglu_equals_the_register_entry_bitwise() {
         planted[at + 1] ^= 0x40;
         let wp = weight_from(&g, n, k, planted);
         let x = up(&g, 1, k, &xb[..k]);
-        let want = swiglu(&g, false, &x, (&wg, &wu), (1, n));
-        let got = swiglu(&g, true, &x, (&wp, &wu), (1, n));
-        let seen = want.iter().zip(&got).filter(|(a, b)| a != b).count();
-        println!("ring swiglu == swiglu_d8 {n}x{k} rows 1/2/8; control: {seen} differ");
-        if seen == 0 {
-            failed.push(format!("swiglu {n}x{k}: the planted weight change was not seen"));
+        let want = swiglu(&g, DecodeRing::Off, &x, (&wg, &wu), (1, n));
+        for form in FORMS {
+            let got = swiglu(&g, form, &x, (&wp, &wu), (1, n));
+            let seen = want.iter().zip(&got).filter(|(a, b)| a != b).count();
+            println!("ring swiglu {form:?} == swiglu_d8 {n}x{k} rows 1/2/8; control: {seen}");
+            if seen == 0 {
+                failed.push(format!("swiglu {form:?} {n}x{k}: the planted change was not seen"));
+            }
         }
     }
     assert!(failed.is_empty(), "ring swiglu differs:\n{}", failed.join("\n"));
@@ -197,7 +211,7 @@ fn ring_speed() {
         let x = up(&g, 1, k, &vec![0x3c00; k]);
         let mut out = g.alloc(ActDType::Bf16, 1, n).unwrap();
         let mut line = format!("{n}x{k}:");
-        for name in ["linear_bf16", RING] {
+        for name in ["linear_bf16", RINGS[0], RINGS[1]] {
             let dt =
                 per_call(&g, 50, || g.linear_with_kernel(name, &x, w, None, &mut out).unwrap());
             let gbs = (n * k * 2) as f64 / dt / 1e9;
@@ -209,8 +223,8 @@ fn ring_speed() {
     let (wg, wu) = (&ws[2], flat_weight(&g, 14336, 4096));
     let x = up(&g, 1, 4096, &vec![0x3c00; 4096]);
     let (mut gt, mut u, mut act) = (bf(&g, 1, 14336), bf(&g, 1, 14336), bf(&g, 1, 14336));
-    for on in [false, true] {
-        g.set_decode_ring(on);
+    for form in [DecodeRing::Off, DecodeRing::Bulk, DecodeRing::Tensor] {
+        g.set_decode_ring(form);
         let dt = per_call(&g, 50, || {
             let a = SwigluArgs {
                 x: &x,
@@ -223,16 +237,16 @@ fn ring_speed() {
             g.linear_swiglu(a).unwrap();
         });
         let gbs = (2 * 14336 * 4096 * 2) as f64 / dt / 1e9;
-        println!("ring speed swiglu ring={on}: {:.1} us {gbs:.0} GB/s", dt * 1e6);
+        println!("ring speed swiglu {form:?}: {:.1} us {gbs:.0} GB/s", dt * 1e6);
     }
-    g.set_decode_ring(false);
+    g.set_decode_ring(DecodeRing::Off);
     // The chain: o (4096 x 4096), gate (14336 x 4096), down (4096 x 14336), 10 times.
     let (o, gate, down) = (&ws[0], &ws[2], &ws[3]);
     let mut a = up(&g, 1, 4096, &vec![0x3c00; 4096]);
     let mut h = g.alloc(ActDType::Bf16, 1, 14336).unwrap();
     let mut y = g.alloc(ActDType::Bf16, 1, 4096).unwrap();
     let bytes = 10.0 * 2.0 * (4096.0 * 4096.0 + 2.0 * 14336.0 * 4096.0);
-    for name in ["linear_bf16", RING, "linear_bf16", RING] {
+    for name in ["linear_bf16", RINGS[0], RINGS[1], "linear_bf16", RINGS[0], RINGS[1]] {
         let dt = per_call(&g, 5, || {
             for _ in 0..10 {
                 g.linear_with_kernel(name, &a, o, None, &mut y).unwrap();

@@ -313,7 +313,12 @@ pub(crate) fn linear_swiglu(be: &CudaBackend, a: SwigluArgs<'_, CudaBackend>) ->
     let (n, k) = (a.gate_w.n, a.gate_w.k);
     let split = k_split(n, k);
     if nt == 1 && ring::enabled(be) && ring::fits(be.arch(), a.x.rows, (n, k), split, 2) {
-        be.launch(ring::SWIGLU_ENTRY, ring::config(be, n, 2 * split.0), &l.args)?;
+        let tensor = ring::form(be) == ring::DecodeRing::Tensor;
+        let s = &be.stream;
+        let ws = [(dptr(&a.gate_w.buf, s), n, k), (dptr(&a.up_w.buf, s), n, k)];
+        let (name, maps) = ring::entry(be, true, tensor, &ws)?;
+        let args: Vec<KArg> = l.args.into_iter().chain(maps).collect();
+        be.launch(name, ring::config(be, n, 2 * split.0, tensor), &args)?;
     } else {
         let (smem, grid_y) = (l.part_smem, a.x.rows.div_ceil(8 * nt as usize) as u32);
         launch_group(be, name, l, smem, grid_y, swiglu_persistent())?;

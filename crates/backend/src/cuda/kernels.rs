@@ -252,7 +252,19 @@ pub(crate) const ENTRIES: &[Entry] = &[
         dyn_smem: super::ring::SMEM,
     },
     Entry {
+        name: super::ring::ENTRY_TMA,
+        family: "linear",
+        threads: super::ring::THREADS,
+        dyn_smem: super::ring::SMEM,
+    },
+    Entry {
         name: super::ring::SWIGLU_ENTRY,
+        family: "linear",
+        threads: super::ring::THREADS,
+        dyn_smem: super::ring::SMEM,
+    },
+    Entry {
+        name: super::ring::SWIGLU_ENTRY_TMA,
         family: "linear",
         threads: super::ring::THREADS,
         dyn_smem: super::ring::SMEM,

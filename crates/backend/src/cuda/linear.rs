@@ -135,8 +135,9 @@ enum Kernel {
     Tiled(TiledShape),
     /// `linear_bf16_ws` (sm_90a; `gather_rows` first where its input map needs it).
     Ws,
-    /// `linear_bf16_ring` (sm_90a, decode rows; `ring::fits`).
-    Ring,
+    /// `linear_bf16_ring` or, `true`, `linear_bf16_ring_tma` (sm_90a, decode rows;
+    /// `ring::fits`).
+    Ring(bool),
 }
 
 impl CudaBackend {
@@ -182,7 +183,7 @@ impl CudaBackend {
         Ok(match name {
             "linear_bf16" => Kernel::Streaming,
             "linear_bf16_ws" if super::wgmma::runs_on(self.arch()) => Kernel::Ws,
-            super::ring::ENTRY => {
+            super::ring::ENTRY | super::ring::ENTRY_TMA => {
                 if !super::ring::fits(self.arch(), rows, (w.n, w.k), k_split(w.n, w.k), 1) {
                     return Err(BackendError::Device(format!(
                         "`{name}` does not take {rows} rows of a [{}, {}] weight on {}",
@@ -191,7 +192,7 @@ impl CudaBackend {
                         self.arch()
                     )));
                 }
-                Kernel::Ring
+                Kernel::Ring(name == super::ring::ENTRY_TMA)
             }
             n => match tiled_shape(n).or(super::wgmma::wg_shape(self, n)?) {
                 Some(t) => Kernel::Tiled(t),
@@ -263,7 +264,7 @@ fn default_kernel(be: &CudaBackend, p: &Product<'_>) -> Kernel {
             if super::ring::enabled(be)
                 && super::ring::fits(be.arch(), p.rows, (n, k), k_split(n, k), 1) =>
         {
-            Kernel::Ring
+            Kernel::Ring(super::ring::form(be) == super::ring::DecodeRing::Tensor)
         }
         false => Kernel::Streaming,
     }
@@ -387,9 +388,11 @@ fn launch(be: &CudaBackend, p: &Product<'_>, out: &CudaTensor, kernel: Kernel) -
             (t.name, t.cfg)
         }
         Kernel::Ws => return super::wgmma::ws_launch(be, &ws_call(be, p, out)),
-        Kernel::Ring => {
+        Kernel::Ring(tensor) => {
+            let (name, maps) = super::ring::entry(be, false, tensor, &[(wp, n, k)])?;
             extra.push(slices.into());
-            (super::ring::ENTRY, super::ring::config(be, n, slices))
+            extra.extend(maps);
+            (name, super::ring::config(be, n, slices, tensor))
         }
     };
     let mut args: Vec<KArg> = vec![

@@ -38,6 +38,7 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DriverError, LaunchConf
 use tf_checkpoint::TensorView;
 
 pub use graph::GraphStats;
+pub use ring::DecodeRing;
 pub use tensor::{CudaBatch, CudaKv, CudaTensor, CudaWeight, KvLayout, WeightKind};
 
 use crate::batch::{BatchMeta, KvGeometry};
@@ -101,7 +102,11 @@ pub struct CudaBackend {
     pub(crate) pdl_step: std::sync::atomic::AtomicBool,
     /// Whether decode products take the ring-fed entries where they fit (`cuda/ring.rs`;
     /// `TENSORFOLD_DEC_RING=1`, or `set_decode_ring` in tests).
-    pub(crate) dec_ring: std::sync::atomic::AtomicBool,
+    pub(crate) dec_ring: std::sync::atomic::AtomicU8,
+    /// The ring's tensor maps of weights (`ring::weight_map`), by (address, n, k).
+    pub(crate) ring_maps: Mutex<
+        std::collections::HashMap<(u64, usize, usize), Arc<cudarc::driver::sys::CUtensorMap>>,
+    >,
     /// Streaming multiprocessors (sizes the bounded attention split grid).
     pub(crate) sms: usize,
     /// What the last launch wrote to the KV pool if it was `kv_store` or `rope_kv_store`
@@ -198,7 +203,8 @@ impl CudaBackend {
             )),
             pdl: cc.0 >= 9 && std::env::var("TENSORFOLD_PDL").map_or(true, |v| v != "0"),
             pdl_step: std::sync::atomic::AtomicBool::new(true),
-            dec_ring: std::sync::atomic::AtomicBool::new(ring::from_env()),
+            dec_ring: std::sync::atomic::AtomicU8::new(ring::from_env() as u8),
+            ring_maps: Mutex::new(Default::default()),
             sms,
             kv_written: Mutex::new(None),
             launches: Default::default(),
@@ -328,11 +334,11 @@ impl CudaBackend {
         Ok(per_sm * self.sms as u32)
     }
 
-    /// Turns the ring-fed decode products on or off (`TENSORFOLD_DEC_RING`'s switch; the
-    /// same bits either way). For tests.
+    /// Sets the ring-fed decode products' form (`TENSORFOLD_DEC_RING`'s switch; the same bits
+    /// in every form). For tests.
     #[doc(hidden)]
-    pub fn set_decode_ring(&self, on: bool) {
-        self.dec_ring.store(on, std::sync::atomic::Ordering::Relaxed);
+    pub fn set_decode_ring(&self, form: DecodeRing) {
+        self.dec_ring.store(form as u8, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether a ring-fed decode entry computes a product of `rows` rows of `matrices` (n, k)

@@ -7,41 +7,78 @@
 //! `linear_bf16_swiglu_ring` is `linear_bf16_swiglu_d8`'s product (gate and up for the same 16
 //! features, the SwiGLU epilogue) the same way.
 //!
-//! Off until the GPU has measured it: `TENSORFOLD_DEC_RING=1` makes `linear`, `logits` and
-//! `linear_swiglu` take them where [`fits`] (sm_90a; the shape's every K slice full and a
+//! Off until the GPU has measured it: `TENSORFOLD_DEC_RING=1` (bulk copies) or `=tma` (tensor
+//! copies) makes `linear`, `logits` and `linear_swiglu` take them where [`fits`] (sm_90a; the shape's every K slice full and a
 //! multiple of 128 k, features a multiple of 16). Speed only: which entry computes a product
 //! changes no bit.
 
+use std::sync::Arc;
+
 use cudarc::driver::LaunchConfig;
 
-use super::CudaBackend;
+use super::{CudaBackend, KArg};
+use crate::error::Result;
 
-/// The entry points: `linear` / `logits`, and gate + up + SwiGLU (`linear_swiglu`).
+/// How the ring is filled: 256-byte row runs by 1-D bulk copies from producer warps
+/// (`TENSORFOLD_DEC_RING=1`), or boxes of 16 rows x 64 k by 2-D tensor copies of a map of the
+/// weight, from one thread (`=tma`). The same bits either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeRing {
+    Off = 0,
+    Bulk = 1,
+    Tensor = 2,
+}
+
+/// The entry points: `linear` / `logits`, and gate + up + SwiGLU (`linear_swiglu`), each in
+/// both forms.
 pub(crate) const ENTRY: &str = "linear_bf16_ring";
+pub(crate) const ENTRY_TMA: &str = "linear_bf16_ring_tma";
 pub(crate) const SWIGLU_ENTRY: &str = "linear_bf16_swiglu_ring";
-pub(crate) const ENTRIES: [&str; 2] = [ENTRY, SWIGLU_ENTRY];
+pub(crate) const SWIGLU_ENTRY_TMA: &str = "linear_bf16_swiglu_ring_tma";
+pub(crate) const ENTRIES: [&str; 4] = [ENTRY, ENTRY_TMA, SWIGLU_ENTRY, SWIGLU_ENTRY_TMA];
 /// Threads a CTA: 8 consumer warps and 2 producer warps (the kernels' default
-/// `TF_RING_PRODUCERS`; the knob's 1 or 4 launch 288 or 384, [`config`]).
+/// `TF_RING_PRODUCERS`; the knob's 1 or 4 launch 288 or 384, the tensor form 288, [`config`]).
 pub(crate) const THREADS: u32 = 256 + 32 * 2;
 /// Ring stages (the kernel's `TF_RING_STAGES`).
 const STAGES: u32 = 3;
-/// Bytes of a stage: 8 jobs x 16 rows x a 256-byte run at a pitch of 272 (`RING_PITCH`).
+/// Bytes of a stage: 8 jobs x 16 rows x a 256-byte run at a pitch of 272 (`RING_PITCH`); the
+/// tensor form's 8 x 4 KB and 1 KB of alignment fit in the same.
 const STAGE_BYTES: u32 = 8 * 16 * 272;
 /// Most jobs of a tile (slices times matrices) whose partials the CTA holds (`RING_JOBS`).
 const JOBS: u32 = 16;
 /// Dynamic shared memory: the stages, the partials (128 floats a job), two mbarriers a stage.
 pub(crate) const SMEM: u32 = STAGES * STAGE_BYTES + JOBS * 128 * 4 + 2 * STAGES * 8;
-// Two CTAs fit an H100/H200 SM: 228 KB of shared memory, 1 KB of it reserved a CTA.
+// Two CTAs fit an H100/H200 SM: 228 KB of shared memory, 1 KB of it reserved a CTA; the tensor
+// form's stages start at the first 1,024-aligned byte.
 const _: () = assert!(2 * (SMEM + 1024) <= 228 * 1024);
+const _: () = assert!(1023 + STAGES * 8 * 4096 <= STAGES * STAGE_BYTES);
 
-/// Whether `TENSORFOLD_DEC_RING=1` asks for the ring entries (default: off); the backend's
-/// switch starts from it (`CudaBackend::set_decode_ring`).
-pub(crate) fn from_env() -> bool {
-    std::env::var("TENSORFOLD_DEC_RING").is_ok_and(|v| v == "1")
+/// The form `TENSORFOLD_DEC_RING` asks for (`1`: bulk copies, `tma`: tensor copies; default
+/// off); the backend's switch starts from it (`CudaBackend::set_decode_ring`).
+pub(crate) fn from_env() -> DecodeRing {
+    match std::env::var("TENSORFOLD_DEC_RING").as_deref() {
+        Ok("1") => DecodeRing::Bulk,
+        Ok("tma") => DecodeRing::Tensor,
+        _ => DecodeRing::Off,
+    }
 }
 
-/// Producer warps a CTA: the kernels' `TF_RING_PRODUCERS` (2, or 1 / 4 through
-/// `TENSORFOLD_KERNEL_DEFINES`).
+/// The backend's switch.
+pub(crate) fn form(be: &CudaBackend) -> DecodeRing {
+    match be.dec_ring.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => DecodeRing::Bulk,
+        2 => DecodeRing::Tensor,
+        _ => DecodeRing::Off,
+    }
+}
+
+/// Whether the backend's switch is on.
+pub(crate) fn enabled(be: &CudaBackend) -> bool {
+    form(be) != DecodeRing::Off
+}
+
+/// Producer warps a CTA of the bulk form: the kernels' `TF_RING_PRODUCERS` (2, or 1 / 4
+/// through `TENSORFOLD_KERNEL_DEFINES`).
 fn producers() -> u32 {
     static P: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *P.get_or_init(|| match super::compile::kernel_define("TF_RING_PRODUCERS").as_deref() {
@@ -49,11 +86,6 @@ fn producers() -> u32 {
         Some("4") => 4,
         _ => 2,
     })
-}
-
-/// Whether the backend's switch is on.
-pub(crate) fn enabled(be: &CudaBackend) -> bool {
-    be.dec_ring.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Whether a ring entry computes a product of `rows` rows of `matrices` weights `(n, k)` (1:
@@ -73,18 +105,62 @@ pub(crate) fn fits(
         && slices * matrices <= JOBS as usize
         && len.is_multiple_of(128)
         && slices * len == k
+        && n <= u32::MAX as usize
 }
 
 /// The launch of a product with `n` features and `jobs` jobs a tile: one CTA an SM at most,
 /// each walking bundles of `max(1, 8 / jobs)` tiles.
-pub(crate) fn config(be: &CudaBackend, n: usize, jobs: u32) -> LaunchConfig {
+/// `tensor`: the tensor form (one producer warp).
+pub(crate) fn config(be: &CudaBackend, n: usize, jobs: u32, tensor: bool) -> LaunchConfig {
     let per_bundle = (8 / jobs as usize).max(1);
     let bundles = (n / 16).div_ceil(per_bundle).max(1);
+    let producers = if tensor { 1 } else { producers() };
     LaunchConfig {
         grid_dim: (bundles.min(be.sms.max(1)) as u32, 1, 1),
-        block_dim: (256 + 32 * producers(), 1, 1),
+        block_dim: (256 + 32 * producers, 1, 1),
         shared_mem_bytes: SMEM,
     }
+}
+
+/// The entry of `linear` (`swiglu` false) or `linear_swiglu` in the bulk or the `tensor` form,
+/// and the extra arguments of the tensor form: the maps of `weights` (device address, n, k).
+pub(crate) fn entry(
+    be: &CudaBackend,
+    swiglu: bool,
+    tensor: bool,
+    weights: &[(u64, usize, usize)],
+) -> Result<(&'static str, Vec<KArg>)> {
+    let name = match (swiglu, tensor) {
+        (false, false) => ENTRY,
+        (false, true) => ENTRY_TMA,
+        (true, false) => SWIGLU_ENTRY,
+        (true, true) => SWIGLU_ENTRY_TMA,
+    };
+    let mut maps = Vec::new();
+    if tensor {
+        for &(w, n, k) in weights {
+            maps.push(KArg::Map(weight_map(be, w, n, k)?));
+        }
+    }
+    Ok((name, maps))
+}
+
+/// The tensor map of a weight for the tensor form (boxes of 16 rows x 64 k, the 128-byte
+/// swizzle), encoded once a weight: weights are immutable, so a map keyed by (address, n, k)
+/// stays valid, and a decode step encodes none.
+fn weight_map(
+    be: &CudaBackend,
+    w: u64,
+    n: usize,
+    k: usize,
+) -> Result<Arc<cudarc::driver::sys::CUtensorMap>> {
+    let mut maps = be.ring_maps.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(m) = maps.get(&(w, n, k)) {
+        return Ok(m.clone());
+    }
+    let m = Arc::new(super::wgmma::box_map("linear", "ring weight", w, n as u32, k as u32, 16)?);
+    maps.insert((w, n, k), m.clone());
+    Ok(m)
 }
 
 #[cfg(test)]
