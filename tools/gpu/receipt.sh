@@ -251,15 +251,16 @@ stage_wsab() {
       wg_linear_speed 2>&1 | grep "TFLOP"
   done
 }
+WS_BOTH="TENSORFOLD_KERNEL_DEFINES=TF_WS_ACC2=1 TF_WS_STAGGER=400"
 stage_wsserve() {
   local e r pp
   echo "default:  $(fingerprints X=1)"
-  echo "ACC2=1:   $(fingerprints $WS_ACC2)"
-  env $WS_ACC2 $B contract --device cuda --like llama3-8b | grep SUMMARY
+  echo "ACC2=1 STAGGER=400: $(fingerprints "$WS_BOTH")"
+  env "$WS_BOTH" $B contract --device cuda --like llama3-8b | grep SUMMARY
   for r in 1 2 3; do
-    for e in X=1 $WS_ACC2; do
+    for e in X=1 "$WS_BOTH"; do
       for pp in 2048 8192; do
-        echo "$e prefill $pp: $(env $e $B bench -m $W/l8b --device cuda --pp $pp --tg 0 --reps 3 2>&1 |
+        echo "$e prefill $pp: $(env "$e" $B bench -m $W/l8b --device cuda --pp $pp --tg 0 --reps 3 2>&1 |
           grep -o '"pp_tok_s":[0-9.]*' | tr '\n' ' ')"
       done
     done

@@ -267,8 +267,8 @@ __device__ __forceinline__ void ws_copy(const WsGrid& G, const WsParts<NP>& P, c
 #define TF_WS_FOLD 1
 #endif
 
-// TF_WS_ACC2 (0, the default until the GPU has measured it; a knob through
-// TENSORFOLD_KERNEL_DEFINES): on the fold-after-wait path (TF_WS_FOLD), a consumer's slices
+// TF_WS_ACC2 (1, the default since session 31; a knob through TENSORFOLD_KERNEL_DEFINES):
+// on the fold-after-wait path (TF_WS_FOLD), a consumer's slices
 // alternate between two accumulators, so a slice's fold (tot = acc or tot += acc, then acc =
 // +0) runs after the next stage's wgmmas are issued, beside them, instead of between two
 // stages with this warpgroup's wgmmas stopped (both consumers reach a slice end at the same
@@ -278,16 +278,23 @@ __device__ __forceinline__ void ws_copy(const WsGrid& G, const WsParts<NP>& P, c
 // TENSORFOLD_LINEAR_WARPS: 4096 x 4096 605 at 8 slices, 628 at 4, 517 at 16; 1024 x 4096,
 // llama3-8b's k and v, 480 at 16 slices, 569 at 8). Registers: acc, acc2 and tot are 192 of
 // the consumers' 232 (session 22's 192-token tiles held as many without spills).
+// H100, session 31 (tests/cuda_wgmma.rs, the 5 llama3-8b shapes, 2,048 rows, TFLOP/s; bitwise:
+// wg_linear_equals 419,926,752 elements, 0 failing calls; check exact's fingerprints equal):
+// default 555 / 520 / 563 / 605 / 591, ACC2 580 / 531 / 582 / 602 / 609, STAGGER=400 610 / 551
+// / 620 / 608 / 632, both 628 / 595 / 631 / 633 / 662 (4096x4096, 1024x4096, 6144x4096,
+// 14336x4096, 4096x14336); both with STAGGER 200 / 800 within 1% of 400. Served prefill
+// (bench, 3 alternated rounds, best rep): 2,048 34,479 / 33,892 / 33,977 -> 35,253 / 35,294
+// / 34,877 tok/s, 8,192 26,960 / 26,981 / 26,986 -> 27,195 / 27,202 / 27,243.
 #ifndef TF_WS_ACC2
-#define TF_WS_ACC2 0
+#define TF_WS_ACC2 1
 #endif
 
-// TF_WS_STAGGER (0; a measurement knob, nanoseconds): consumer warpgroup 1 sleeps this long
+// TF_WS_STAGGER (400, nanoseconds, since session 31): consumer warpgroup 1 sleeps this long
 // before its first tile, so the two consumers' stage ends (each a wait for its own wgmmas)
 // fall at different moments and the other's wgmmas keep the tensor pipe busy through them.
 // Timing only.
 #ifndef TF_WS_STAGGER
-#define TF_WS_STAGGER 0
+#define TF_WS_STAGGER 400
 #endif
 
 // A consumer's running state over one tile's K.
