@@ -7,7 +7,7 @@
 #   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
 #        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs knobs33
-#        breakdown big summary rope sample wsab wsserve stepbw ring ringserve
+#        breakdown big summary rope sample wsab wsserve stepbw
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -230,35 +230,33 @@ stage_sample() {
     done
   done
 }
-# Session 30's prefill-product knobs (kernels/gemm90ws.cu: TF_WS_ACC2, two accumulators so a
-# slice's fold runs beside the next stage's wgmmas; TF_WS_STAGGER, consumer 1 starting later).
-# wsab (no model needed): ACC2's bitwise tests (linear_bf16_ws against linear_bf16 on every
-# case shape; q/k/v and gate/up in one launch against three, needs .gpu/cuda_fused), then the
-# products' TFLOP/s for each setting. wsserve (after synth): check exact's fingerprints with
-# ACC2 (must equal the default's), the contract with ACC2, and served prefill 2,048 / 8,192
-# alternated, 3 rounds.
-WS_ACC2=TENSORFOLD_KERNEL_DEFINES=TF_WS_ACC2=1
+# The prefill product's two-accumulator loop and consumer stagger (kernels/gemm90ws.cu:
+# TF_WS_ACC2, TF_WS_STAGGER; built in session 30, measured and made the default in session 31)
+# against the earlier loop (both 0). wsab (no model needed): the bitwise tests
+# (linear_bf16_ws against linear_bf16 on every case shape; q/k/v and gate/up in one launch
+# against three, needs .gpu/cuda_fused) in each setting, then the products' TFLOP/s.
+# wsserve (after synth): check exact's fingerprints (equal in each setting), the contract, and
+# served prefill 2,048 / 8,192 alternated, 3 rounds.
+WS_OLD="TENSORFOLD_KERNEL_DEFINES=TF_WS_ACC2=0 TF_WS_STAGGER=0"
 stage_wsab() {
   local e
-  env $WS_ACC2 TF_WG_KERNELS=linear_bf16_ws timeout 300 .gpu/cuda_wgmma --ignored --nocapture \
-    wg_linear_equals 2>&1 | grep -E "compared|test result|panicked|differ" | head -20
-  env $WS_ACC2 timeout 200 .gpu/cuda_fused --ignored --nocapture fused_ops_equal 2>&1 |
-    grep -E "test result|panicked|differ" | head -10
-  for e in X=1 $WS_ACC2 "TENSORFOLD_KERNEL_DEFINES=TF_WS_STAGGER=400" \
-      "TENSORFOLD_KERNEL_DEFINES=TF_WS_ACC2=1 TF_WS_STAGGER=400"; do
+  for e in X=1 "$WS_OLD"; do
     echo "-- $e"
+    env "$e" TF_WG_KERNELS=linear_bf16_ws timeout 300 .gpu/cuda_wgmma --ignored --nocapture \
+      wg_linear_equals 2>&1 | grep -E "compared|test result|panicked|differ" | head -20
+    env "$e" timeout 200 .gpu/cuda_fused --ignored --nocapture fused_ops_equal 2>&1 |
+      grep -E "test result|panicked|differ" | head -10
     env "$e" TF_WG_KERNELS=linear_bf16_ws timeout 200 .gpu/cuda_wgmma --ignored --nocapture \
       wg_linear_speed 2>&1 | grep "TFLOP"
   done
 }
-WS_BOTH="TENSORFOLD_KERNEL_DEFINES=TF_WS_ACC2=1 TF_WS_STAGGER=400"
 stage_wsserve() {
   local e r pp
-  echo "default:  $(fingerprints X=1)"
-  echo "ACC2=1 STAGGER=400: $(fingerprints "$WS_BOTH")"
-  env "$WS_BOTH" $B contract --device cuda --like llama3-8b | grep SUMMARY
+  echo "default: $(fingerprints X=1)"
+  echo "ACC2=0 STAGGER=0: $(fingerprints "$WS_OLD")"
+  $B contract --device cuda --like llama3-8b | grep SUMMARY
   for r in 1 2 3; do
-    for e in X=1 "$WS_BOTH"; do
+    for e in X=1 "$WS_OLD"; do
       for pp in 2048 8192; do
         echo "$e prefill $pp: $(env "$e" $B bench -m $W/l8b --device cuda --pp $pp --tg 0 --reps 3 2>&1 |
           grep -o '"pp_tok_s":[0-9.]*' | tr '\n' ' ')"
@@ -270,40 +268,6 @@ stage_wsserve() {
 # .gpu/stepbw.cubin): launches, grid barriers, and since session 30 the weights through a
 # shared-memory ring filled by bulk copies (ring0, ring2), with latency phases of 4 and 8 us.
 stage_stepbw() { python3 tools/gpu/stepbw.py .gpu/stepbw.cubin --delay 4 8; }
-# Session 31's ring-fed decode products (kernels/linear_ring.cu, TENSORFOLD_DEC_RING=1: o,
-# gate/up + SwiGLU, down and the head through a shared-memory ring in CTAs of half an SM). ring (no model; needs
-# .gpu/cuda_ring): bitwise against linear_bf16 (and the SwiGLU entry against swiglu_d8) on
-# every shape they take, logits with a row map, the planted controls, and the entries' speed
-# alone and as a chain, with 2 producer warps (default) and with 1 and 4. ringserve (after synth):
-# check exact's fingerprints with each form (bulk copies: TENSORFOLD_DEC_RING=1, tensor copies:
-# =tma; each must equal the default's), the contract with the bulk form, and bench decode
-# alternated, 3 rounds, on llama3-8b (and the 33B geometry when $W/n33 exists).
-RING_ON=TENSORFOLD_DEC_RING=1
-stage_ring() {
-  local p
-  timeout 300 .gpu/cuda_ring --ignored --nocapture --test-threads 1 2>&1 |
-    grep -E "ring|test result|panicked|differ" | head -40
-  for p in 1 4; do
-    echo "-- TF_RING_PRODUCERS=$p"
-    TENSORFOLD_KERNEL_DEFINES=TF_RING_PRODUCERS=$p timeout 100 .gpu/cuda_ring --ignored \
-      --nocapture ring_speed 2>&1 | grep -E "ring (speed|chain)|panicked"
-  done
-}
-RING_TMA=TENSORFOLD_DEC_RING=tma
-stage_ringserve() {
-  local e r
-  echo "default: $(fingerprints X=1)"
-  echo "ring:    $(fingerprints $RING_ON)"
-  echo "tma:     $(fingerprints $RING_TMA)"
-  env $RING_ON $B contract --device cuda --like llama3-8b | grep SUMMARY
-  for r in 1 2 3; do
-    for e in X=1 $RING_ON $RING_TMA; do echo "$e decode l8b: $(decode_rates l8b 256 $e)"; done
-  done
-  echo "$RING_ON TF_RING_EARLY=0 decode l8b: $(decode_rates l8b 256 $RING_ON TENSORFOLD_KERNEL_DEFINES=TF_RING_EARLY=0)"
-  if [ -f $W/n33/config.json ]; then
-    for e in X=1 $RING_ON $RING_TMA; do echo "$e decode n33: $(decode_rates n33 64 $e)"; done
-  fi
-}
 stage_serve() {
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
   python3 tools/bench_concurrent.py --levels 1,4,16 --alone --serial --max-tokens 32 \

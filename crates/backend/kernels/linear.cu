@@ -46,7 +46,13 @@
 // product launch before its own wait, so o's CTAs and first loads overlap attention: 193 (vs
 // 202.6). Attention is latency-bound on its KV loads, and any traffic beside it slows it more
 // than o gains. Session 19: both register buffers of the first job issued before pdl_wait()
-// (16 of o's 33.5 MB, not 8): 195.5 vs 199.7 tok/s (3 alternated pairs).
+// (16 of o's 33.5 MB, not 8): 195.5 vs 199.7 tok/s (3 alternated pairs). Session 31 (H100,
+// same bits; commits 0f8b4ae-922460d): o, down, the head and gate/up + SwiGLU through a
+// 3-stage shared-memory ring (8 consumer warps on ldmatrix, a producer warp, CTAs of half an
+// SM so the next launch's CTA could stream beside): by 256-byte bulk copies served decode
+// 106-108 vs 165-169 tok/s (the copies' issue, a lane at a time, bound it), by 2-D tensor
+// copies 145-147 (an o -> gate -> down chain 1,008 vs 937 us: 96 KB in flight an SM is less
+// than these entries' 2 CTAs x 64 KB).
 //
 // Several entry points compute it: linear_bf16 (here: operands straight from global memory, K
 // slices on warps; for decode and small batches) and, for prefill, linear_bf16_tiled

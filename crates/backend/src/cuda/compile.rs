@@ -45,17 +45,15 @@ pub const FAMILIES: &[Family] = &[
             include_str!("../../kernels/attention90ws.cu")
         ),
     },
-    // One unit from five files (the products; the grouped decode products; the fused norm
-    // prologue's entries; q/k/v with the rope and KV-write epilogue; the ring-fed decode
-    // product).
+    // One unit from four files (the products; the grouped decode products; the fused norm
+    // prologue's entries; q/k/v with the rope and KV-write epilogue).
     Family {
         name: "linear",
         source: concat!(
             include_str!("../../kernels/linear.cu"),
             include_str!("../../kernels/linear_group.cu"),
             include_str!("../../kernels/linear_norm.cu"),
-            include_str!("../../kernels/linear_rope.cu"),
-            include_str!("../../kernels/linear_ring.cu")
+            include_str!("../../kernels/linear_rope.cu")
         ),
     },
     Family { name: "gemm", source: include_str!("../../kernels/gemm.cu") },

@@ -24,7 +24,6 @@ use super::gemm::tiled_for;
 use super::kernels::{LINEAR_DECODE_ROWS, LINEAR_GROUP_WARPS, LINEAR_MAX_SLICES, LINEAR_NT};
 use super::linear::{self, k_split};
 use super::ops::{self, check_same, to_u32};
-use super::ring;
 use super::tensor::{dptr, CudaBatch, CudaKv, CudaTensor, CudaWeight, WeightKind};
 use super::{CudaBackend, KArg, KvWrite};
 use crate::error::{BackendError, Result};
@@ -310,19 +309,8 @@ pub(crate) fn linear_swiglu(be: &CudaBackend, a: SwigluArgs<'_, CudaBackend>) ->
         linear::linear_parts(be, a.x, &mut parts)?;
         return ops::swiglu(be, a.gate, a.up, a.out);
     };
-    let (n, k) = (a.gate_w.n, a.gate_w.k);
-    let split = k_split(n, k);
-    if nt == 1 && ring::enabled(be) && ring::fits(be.arch(), a.x.rows, (n, k), split, 2) {
-        let tensor = ring::form(be) == ring::DecodeRing::Tensor;
-        let s = &be.stream;
-        let ws = [(dptr(&a.gate_w.buf, s), n, k), (dptr(&a.up_w.buf, s), n, k)];
-        let (name, maps) = ring::entry(be, true, tensor, &ws)?;
-        let args: Vec<KArg> = l.args.into_iter().chain(maps).collect();
-        be.launch(name, ring::config(be, n, 2 * split.0, tensor), &args)?;
-    } else {
-        let (smem, grid_y) = (l.part_smem, a.x.rows.div_ceil(8 * nt as usize) as u32);
-        launch_group(be, name, l, smem, grid_y, swiglu_persistent())?;
-    }
+    let (smem, grid_y) = (l.part_smem, a.x.rows.div_ceil(8 * nt as usize) as u32);
+    launch_group(be, name, l, smem, grid_y, swiglu_persistent())?;
     for t in [a.gate, a.up, a.out] {
         t.rows = a.x.rows;
     }

@@ -245,30 +245,6 @@ pub(crate) const ENTRIES: &[Entry] = &[
         threads: 32 * LINEAR_GROUP_WARPS,
         dyn_smem: super::fused_norm::NORM_SMEM_MAX,
     },
-    Entry {
-        name: super::ring::ENTRY,
-        family: "linear",
-        threads: super::ring::THREADS,
-        dyn_smem: super::ring::SMEM,
-    },
-    Entry {
-        name: super::ring::ENTRY_TMA,
-        family: "linear",
-        threads: super::ring::THREADS,
-        dyn_smem: super::ring::SMEM,
-    },
-    Entry {
-        name: super::ring::SWIGLU_ENTRY,
-        family: "linear",
-        threads: super::ring::THREADS,
-        dyn_smem: super::ring::SMEM,
-    },
-    Entry {
-        name: super::ring::SWIGLU_ENTRY_TMA,
-        family: "linear",
-        threads: super::ring::THREADS,
-        dyn_smem: super::ring::SMEM,
-    },
     tiled_entry(LINEAR_TILED),
     tiled_entry(LINEAR_TILED_R),
     super::wgmma::wg_entry(super::wgmma::WG_SHAPES[0]),
@@ -278,15 +254,12 @@ pub(crate) const ENTRIES: &[Entry] = &[
     super::wgmma::GATHER,
 ];
 
-/// Whether the backend ever launches `en` on `arch`: the `gemm90` family, the wgmma
-/// attention entries and the ring-fed decode product only on sm_90a; elsewhere they compile to empty entry points that are never
+/// Whether the backend ever launches `en` on `arch`: the `gemm90` family and the wgmma
+/// attention entries only on sm_90a; elsewhere they compile to empty entry points that are never
 /// launched, so their launch shared memory (more than sm_89 has) is neither requested nor
 /// checked there.
 fn launched_on(en: &Entry, arch: &str) -> bool {
-    let wgmma_only = en.family == wgmma::FAMILY
-        || en.name == WG_ENTRY
-        || en.name == WS_ENTRY
-        || super::ring::ENTRIES.contains(&en.name);
+    let wgmma_only = en.family == wgmma::FAMILY || en.name == WG_ENTRY || en.name == WS_ENTRY;
     !wgmma_only || wgmma::runs_on(arch)
 }
 
@@ -345,13 +318,6 @@ impl Registry {
                     f.set_attribute(a, en.dyn_smem as i32).map_err(|e| {
                         format!("{}: {} bytes of dynamic shared memory: {e}", en.name, en.dyn_smem)
                     })?;
-                }
-                // The ring entry's CTAs share an SM with the next launch's (two of ~110 KB):
-                // ask for the whole carveout as shared memory.
-                if super::ring::ENTRIES.contains(&en.name) && launched_on(en, &self.arch) {
-                    let a =
-                        CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT;
-                    f.set_attribute(a, 100).map_err(|e| format!("{}: carveout: {e}", en.name))?;
                 }
                 Ok(f)
             })

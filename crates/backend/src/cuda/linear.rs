@@ -100,17 +100,6 @@ pub(crate) fn logits(
     batch: &CudaBatch,
     out: &mut CudaTensor,
 ) -> Result<()> {
-    logits_on(be, x, w, batch, out, None)
-}
-
-fn logits_on(
-    be: &CudaBackend,
-    x: &CudaTensor,
-    w: &CudaWeight,
-    batch: &CudaBatch,
-    out: &mut CudaTensor,
-    force: Option<Kernel>,
-) -> Result<()> {
     if x.rows != batch.rows() {
         return Err(BackendError::shape(
             "logits",
@@ -123,7 +112,7 @@ fn logits_on(
     let rows = batch.meta.logit_rows.len();
     let row_idx = batch.ptr(&be.stream, batch.at.logit_rows);
     let p = Product { op: "logits", x, row_idx, rows, w, bias: None, mode: OutMode::F32RoundBf16 };
-    run_with(be, p, out, force)
+    run(be, p, out)
 }
 
 /// Which kernel computes a product.
@@ -135,17 +124,13 @@ enum Kernel {
     Tiled(TiledShape),
     /// `linear_bf16_ws` (sm_90a; `gather_rows` first where its input map needs it).
     Ws,
-    /// `linear_bf16_ring` or, `true`, `linear_bf16_ring_tma` (sm_90a, decode rows;
-    /// `ring::fits`).
-    Ring(bool),
 }
 
 impl CudaBackend {
     /// `linear` forced onto the kernel entry point `name` (`linear_bf16`, a
     /// `linear_bf16_tiled*`, or on sm_90a `linear_bf16_wg*` / `linear_bf16_ws`, the last with
-    /// its row gather where needed, or `linear_bf16_ring` for decode rows), whatever the row
-    /// count. For tests and benchmarks only (all give the same bits; the served path lets
-    /// `tiled_for` and `prefill_config` choose).
+    /// its row gather where needed), whatever the row count. For tests and benchmarks only (all give the same
+    /// bits; the served path lets `tiled_for` and `prefill_config` choose).
     #[doc(hidden)]
     pub fn linear_with_kernel(
         &self,
@@ -155,50 +140,20 @@ impl CudaBackend {
         bias: Option<&CudaWeight>,
         out: &mut CudaTensor,
     ) -> Result<()> {
-        let kernel = self.forced_kernel(name, x.rows, w)?;
+        let kernel = match name {
+            "linear_bf16" => Kernel::Streaming,
+            "linear_bf16_ws" if super::wgmma::runs_on(self.arch()) => Kernel::Ws,
+            n => match tiled_shape(n).or(super::wgmma::wg_shape(self, n)?) {
+                Some(t) => Kernel::Tiled(t),
+                None => return Err(BackendError::Device(format!("no linear kernel `{name}`"))),
+            },
+        };
         let mode = match out.dtype {
             ActDType::Bf16 => OutMode::Bf16,
             ActDType::F32 => OutMode::F32,
         };
         let p = Product { op: "linear", x, row_idx: 0, rows: x.rows, w, bias, mode };
         run_with(self, p, out, Some(kernel))
-    }
-
-    /// `logits` forced onto the kernel entry point `name`, as `linear_with_kernel`. For tests.
-    #[doc(hidden)]
-    pub fn logits_with_kernel(
-        &self,
-        name: &str,
-        x: &CudaTensor,
-        w: &CudaWeight,
-        batch: &CudaBatch,
-        out: &mut CudaTensor,
-    ) -> Result<()> {
-        let kernel = self.forced_kernel(name, batch.meta.logit_rows.len(), w)?;
-        logits_on(self, x, w, batch, out, Some(kernel))
-    }
-
-    /// The kernel `name` names, for a product of `rows` rows of weight `w`.
-    fn forced_kernel(&self, name: &str, rows: usize, w: &CudaWeight) -> Result<Kernel> {
-        Ok(match name {
-            "linear_bf16" => Kernel::Streaming,
-            "linear_bf16_ws" if super::wgmma::runs_on(self.arch()) => Kernel::Ws,
-            super::ring::ENTRY | super::ring::ENTRY_TMA => {
-                if !super::ring::fits(self.arch(), rows, (w.n, w.k), k_split(w.n, w.k), 1) {
-                    return Err(BackendError::Device(format!(
-                        "`{name}` does not take {rows} rows of a [{}, {}] weight on {}",
-                        w.n,
-                        w.k,
-                        self.arch()
-                    )));
-                }
-                Kernel::Ring(name == super::ring::ENTRY_TMA)
-            }
-            n => match tiled_shape(n).or(super::wgmma::wg_shape(self, n)?) {
-                Some(t) => Kernel::Tiled(t),
-                None => return Err(BackendError::Device(format!("no linear kernel `{name}`"))),
-            },
-        })
     }
 }
 
@@ -253,19 +208,11 @@ fn check(p: &Product<'_>, out: &CudaTensor) -> Result<()> {
     Ok(())
 }
 
-/// The kernel a product takes unless forced: the streaming kernel for few rows (the ring-fed
-/// one under `TENSORFOLD_DEC_RING=1` where it fits), else the prefill kernel
-/// (`prefill_config`).
+/// The kernel a product takes unless forced: the streaming kernel for few rows, else the
+/// prefill kernel (`prefill_config`).
 fn default_kernel(be: &CudaBackend, p: &Product<'_>) -> Kernel {
-    let (n, k) = (p.w.n, p.w.k);
-    match tiled_for(p.rows, n) {
-        true => prefill_config(be, p.rows, n, dptr(&p.w.buf, &be.stream)),
-        false
-            if super::ring::enabled(be)
-                && super::ring::fits(be.arch(), p.rows, (n, k), k_split(n, k), 1) =>
-        {
-            Kernel::Ring(super::ring::form(be) == super::ring::DecodeRing::Tensor)
-        }
+    match tiled_for(p.rows, p.w.n) {
+        true => prefill_config(be, p.rows, p.w.n, dptr(&p.w.buf, &be.stream)),
         false => Kernel::Streaming,
     }
 }
@@ -388,12 +335,6 @@ fn launch(be: &CudaBackend, p: &Product<'_>, out: &CudaTensor, kernel: Kernel) -
             (t.name, t.cfg)
         }
         Kernel::Ws => return super::wgmma::ws_launch(be, &ws_call(be, p, out)),
-        Kernel::Ring(tensor) => {
-            let (name, maps) = super::ring::entry(be, false, tensor, &[(wp, n, k)])?;
-            extra.push(slices.into());
-            extra.extend(maps);
-            (name, super::ring::config(be, n, slices, tensor))
-        }
     };
     let mut args: Vec<KArg> = vec![
         wp.into(),

@@ -24,7 +24,6 @@ mod kernels;
 mod linear;
 pub mod loader;
 mod ops;
-mod ring;
 mod sample;
 mod staging;
 mod step_events;
@@ -38,7 +37,6 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DriverError, LaunchConf
 use tf_checkpoint::TensorView;
 
 pub use graph::GraphStats;
-pub use ring::DecodeRing;
 pub use tensor::{CudaBatch, CudaKv, CudaTensor, CudaWeight, KvLayout, WeightKind};
 
 use crate::batch::{BatchMeta, KvGeometry};
@@ -100,13 +98,6 @@ pub struct CudaBackend {
     /// kernels of thousands of CTAs would let the next kernel's CTAs hold SMs while they wait
     /// (`TENSORFOLD_PDL_PREFILL=1`: every step takes it, for A/B).
     pub(crate) pdl_step: std::sync::atomic::AtomicBool,
-    /// Whether decode products take the ring-fed entries where they fit (`cuda/ring.rs`;
-    /// `TENSORFOLD_DEC_RING=1`, or `set_decode_ring` in tests).
-    pub(crate) dec_ring: std::sync::atomic::AtomicU8,
-    /// The ring's tensor maps of weights (`ring::weight_map`), by (address, n, k).
-    pub(crate) ring_maps: Mutex<
-        std::collections::HashMap<(u64, usize, usize), Arc<cudarc::driver::sys::CUtensorMap>>,
-    >,
     /// Streaming multiprocessors (sizes the bounded attention split grid).
     pub(crate) sms: usize,
     /// What the last launch wrote to the KV pool if it was `kv_store` or `rope_kv_store`
@@ -203,8 +194,6 @@ impl CudaBackend {
             )),
             pdl: cc.0 >= 9 && std::env::var("TENSORFOLD_PDL").map_or(true, |v| v != "0"),
             pdl_step: std::sync::atomic::AtomicBool::new(true),
-            dec_ring: std::sync::atomic::AtomicU8::new(ring::from_env() as u8),
-            ring_maps: Mutex::new(Default::default()),
             sms,
             kv_written: Mutex::new(None),
             launches: Default::default(),
@@ -332,20 +321,6 @@ impl CudaBackend {
             }
         };
         Ok(per_sm * self.sms as u32)
-    }
-
-    /// Sets the ring-fed decode products' form (`TENSORFOLD_DEC_RING`'s switch; the same bits
-    /// in every form). For tests.
-    #[doc(hidden)]
-    pub fn set_decode_ring(&self, form: DecodeRing) {
-        self.dec_ring.store(form as u8, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Whether a ring-fed decode entry computes a product of `rows` rows of `matrices` (n, k)
-    /// weights (1: linear, 2: gate and up) here. For tests.
-    #[doc(hidden)]
-    pub fn decode_ring_takes(&self, rows: usize, (n, k): (usize, usize), matrices: usize) -> bool {
-        ring::fits(self.arch(), rows, (n, k), linear::k_split(n, k), matrices)
     }
 
     /// Kernel launches issued so far, run or recorded into a graph (tests count a fused op's).

@@ -242,19 +242,6 @@ fn out_map(c: &WsCall) -> Result<sys::CUtensorMap> {
 /// `base` (16-byte aligned), boxes of 64 k x 128 rows in the 128-byte swizzle (the layout
 /// its wgmma descriptors name), zeros outside.
 fn tile_map(op: &str, what: &str, base: u64, rows: u32, k: u32) -> Result<sys::CUtensorMap> {
-    box_map(op, what, base, rows, k, WS_TILE as u32)
-}
-
-/// The map of a rows x k bf16 matrix at `base` in boxes of `box_rows` rows x 64 k, the
-/// 128-byte swizzle, zeros past its edges (`tile_map`'s, and the ring-fed decode products').
-pub(crate) fn box_map(
-    op: &str,
-    what: &str,
-    base: u64,
-    rows: u32,
-    k: u32,
-    box_rows: u32,
-) -> Result<sys::CUtensorMap> {
     use sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 as BF16;
     use sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE as ZEROS;
     use sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE as PLAIN;
@@ -263,12 +250,11 @@ pub(crate) fn box_map(
     let mut map = sys::CUtensorMap { opaque: [0; 16] };
     let dims = [k as u64, rows as u64];
     let strides = [k as u64 * 2];
-    let (boxes, steps) = ([64u32, box_rows], [1u32, 1]);
+    let (boxes, steps) = ([64u32, WS_TILE as u32], [1u32, 1]);
     // SAFETY: the arrays hold `rank` (2) dims, box sizes and element strides and `rank - 1`
     // byte strides, as the call reads; `base` is a 16-byte aligned device address of rows x k
-    // bf16 (`ws_takes` for weights, `ws_launch` for inputs, `out_map` for outputs, a weight's
-    // allocation for the ring), K a multiple of 8 so the row stride is a multiple of 16 bytes.
-    // The encoding only writes `map`.
+    // bf16 (`ws_takes` for weights, `ws_launch` for inputs, `out_map` for outputs), K a
+    // multiple of 8 so the row stride is a multiple of 16 bytes. The encoding only writes `map`.
     unsafe {
         sys::cuTensorMapEncodeTiled(
             &mut map,
