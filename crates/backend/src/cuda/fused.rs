@@ -277,7 +277,7 @@ pub(crate) fn launch_group(
     persistent: bool,
 ) -> Result<()> {
     let grid_x = match persistent {
-        true => l.grid_x.min(be.persistent_ctas(name, l.threads, smem)?),
+        true => persistent_grid(l.grid_x, be.persistent_ctas(name, l.threads, smem)?),
         false => l.grid_x,
     };
     let cfg = LaunchConfig {
@@ -286,6 +286,26 @@ pub(crate) fn launch_group(
         shared_mem_bytes: smem,
     };
     be.launch(name, cfg, &l.args)
+}
+
+/// The CTAs of a persistent launch over `tiles` tiles where the GPU holds `slots` at once:
+/// `min(tiles, slots)`, or with `TENSORFOLD_PERSIST_EVEN=1` the fewest CTAs that need as many
+/// rounds, so every CTA walks the same number of tiles (llama3-8b gate/up: 896 tiles on an
+/// H200's 264 slots run 3.4 rounds, 104 CTAs a fourth tile while 160 are done; even, 224 CTAs
+/// of 4 tiles each; q/k/v 384 tiles: 192 CTAs of 2). Which CTA runs a tile changes no bit.
+pub(crate) fn persistent_grid(tiles: u32, slots: u32) -> u32 {
+    static EVEN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let even =
+        *EVEN.get_or_init(|| std::env::var("TENSORFOLD_PERSIST_EVEN").is_ok_and(|v| v == "1"));
+    grid_for(tiles, slots, even)
+}
+
+fn grid_for(tiles: u32, slots: u32, even: bool) -> u32 {
+    let slots = slots.max(1);
+    match even {
+        true => tiles.div_ceil(tiles.div_ceil(slots).max(1)),
+        false => tiles.min(slots),
+    }
 }
 
 /// Whether `linear_bf16_swiglu_d8` and `linear_bf16_swiglu` (9 to 64 rows) run persistent
@@ -386,4 +406,30 @@ pub(crate) fn kv_write_args(
     ];
     let positions = batch.ptr(s, batch.at.positions);
     Ok((args, KvWrite { pool, positions, region: (bstride, loff) }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grid_for;
+
+    #[test]
+    fn even_grids_keep_the_rounds_and_balance_them() {
+        // llama3-8b on an H200's 264 slots: gate/up, q/k/v, o.
+        assert_eq!(grid_for(896, 264, false), 264);
+        assert_eq!(grid_for(896, 264, true), 224);
+        assert_eq!(grid_for(384, 264, true), 192);
+        assert_eq!(grid_for(256, 264, true), 256);
+        assert_eq!(grid_for(100, 264, false), 100);
+        for tiles in 1..2000u32 {
+            for slots in [1u32, 7, 132, 264, 528] {
+                let g = grid_for(tiles, slots, true);
+                let rounds = tiles.div_ceil(slots);
+                assert!(g >= 1 && g <= slots.min(tiles), "{tiles} tiles, {slots} slots: {g}");
+                assert_eq!(tiles.div_ceil(g), rounds, "{tiles} tiles, {slots} slots: {g} CTAs");
+                // No CTA walks more than one tile beyond another.
+                assert!(tiles.div_ceil(g) - tiles / g <= 1);
+            }
+        }
+        assert_eq!(grid_for(0, 264, true), 0);
+    }
 }
