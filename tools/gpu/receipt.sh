@@ -7,7 +7,7 @@
 #   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
 #        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs knobs33
-#        breakdown big summary rope sample wsab wsserve stepbw evenab
+#        breakdown big summary rope sample wsab wsserve stepbw evenab pfab
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -283,6 +283,18 @@ stage_evenab() {
       echo "$e n33: $(decode_rates n33 128 "$e")"
     done
   fi
+}
+# The o product's weight brought into L2 by the combine launch while attention computes
+# (TENSORFOLD_ATTN_PREFETCH=<MiB>, attention.rs `hint_next_read`): fingerprints with it on,
+# then bench decode alternated (3 rounds) off / 32 / 16 MiB on llama3-8b.
+stage_pfab() {
+  local r e
+  echo "prefetch 32: $(fingerprints TENSORFOLD_ATTN_PREFETCH=32)"
+  for r in 1 2 3; do
+    for e in X=1 TENSORFOLD_ATTN_PREFETCH=32 TENSORFOLD_ATTN_PREFETCH=16; do
+      echo "$e l8b: $(decode_rates l8b 256 "$e")"
+    done
+  done
 }
 stage_serve() {
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
