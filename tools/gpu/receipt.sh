@@ -7,7 +7,7 @@
 #   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
 #        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs knobs33
-#        breakdown big summary rope sample wsab wsserve stepbw evenab pfab
+#        breakdown big summary rope sample wsab wsserve stepbw evenab pfab envab
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -294,6 +294,15 @@ stage_pfab() {
     for e in X=1 TENSORFOLD_ATTN_PREFETCH=32 TENSORFOLD_ATTN_PREFETCH=16; do
       echo "$e l8b: $(decode_rates l8b 256 "$e")"
     done
+  done
+}
+# Any switches against the default, on llama3-8b: AB="ENV=V ENV2=V2 ..." (each one setting;
+# X=1 is the default). Fingerprints in each setting, then bench decode alternated, 3 rounds.
+stage_envab() {
+  local r e
+  for e in ${AB:?set AB to the settings to compare}; do echo "$e: $(fingerprints "$e")"; done
+  for r in 1 2 3; do
+    for e in X=1 $AB; do echo "$e l8b: $(decode_rates l8b 256 "$e")"; done
   done
 }
 stage_serve() {
