@@ -316,6 +316,9 @@ fn prefetch_cap() -> u64 {
 /// `Backend::hint_next_read`: remembers the first `prefetch_cap()` bytes of `w` (whole 16-byte
 /// units) for the next attention call, on sm_90a (the bulk L2 prefetch); else forgets any.
 pub(crate) fn hint_next_read(be: &CudaBackend, w: &CudaWeight) {
+    if prefetch_cap() == 0 {
+        return; // off: nothing is ever stored, so `attention` has nothing to take
+    }
     let bytes = (w.buf.len() as u64).min(prefetch_cap()) & !15;
     let on = bytes > 0 && super::wgmma::runs_on(be.arch());
     let hint = on.then(|| (dptr(&w.buf, &be.stream), bytes));
@@ -324,7 +327,10 @@ pub(crate) fn hint_next_read(be: &CudaBackend, w: &CudaWeight) {
 
 pub(crate) fn attention(be: &CudaBackend, a: AttnArgs<'_, CudaBackend>) -> Result<()> {
     // The hint is for this call only, whichever path it takes.
-    let next = be.next_read.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let next = match prefetch_cap() {
+        0 => None,
+        _ => be.next_read.lock().unwrap_or_else(|e| e.into_inner()).take(),
+    };
     let (kv, batch) = (a.kv, a.batch);
     kv.check_batch("attention", a.layer, batch)?;
     let g = &kv.geom;
@@ -433,9 +439,16 @@ fn launch(
             block_dim: (128, 1, 1),
             shared_mem_bytes: 0,
         };
-        let args = [out.into(), part.into(), pos.into(), heads.into(), hd.into(), ns.into()];
-        let mut args = args.to_vec();
-        args.extend([KArg::U64(pf), KArg::U64(pf_bytes)]);
+        let args: Vec<KArg> = vec![
+            out.into(),
+            part.into(),
+            pos.into(),
+            heads.into(),
+            hd.into(),
+            ns.into(),
+            pf.into(),
+            pf_bytes.into(),
+        ];
         be.launch("attention_combine", cfg, &args)?;
     }
     Ok(())

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::{self, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaFunction, CudaGraph, LaunchConfig};
 
-use super::{drv, CudaBackend, KArg};
+use super::{drv, CudaBackend};
 use crate::error::Result;
 
 /// Steps with more rows than this run direct.
@@ -67,6 +67,38 @@ impl Launch {
         for a in &self.args {
             a.bits().hash(h);
         }
+    }
+}
+
+/// A kernel argument: a device address (`U64`), or a scalar of the kernel's type.
+#[derive(Clone, Debug)]
+pub(crate) enum KArg {
+    U64(u64),
+    U32(u32),
+    I32(i32),
+    F32(f32),
+    /// A TMA tensor map, passed by value (a `__grid_constant__` parameter).
+    Map(std::sync::Arc<cudarc::driver::sys::CUtensorMap>),
+}
+
+impl From<u64> for KArg {
+    fn from(v: u64) -> KArg {
+        KArg::U64(v)
+    }
+}
+impl From<u32> for KArg {
+    fn from(v: u32) -> KArg {
+        KArg::U32(v)
+    }
+}
+impl From<i32> for KArg {
+    fn from(v: i32) -> KArg {
+        KArg::I32(v)
+    }
+}
+impl From<f32> for KArg {
+    fn from(v: f32) -> KArg {
+        KArg::F32(v)
     }
 }
 

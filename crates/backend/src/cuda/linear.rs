@@ -129,8 +129,8 @@ enum Kernel {
 impl CudaBackend {
     /// `linear` forced onto the kernel entry point `name` (`linear_bf16`, a
     /// `linear_bf16_tiled*`, or on sm_90a `linear_bf16_wg*` / `linear_bf16_ws`, the last with
-    /// its row gather where needed), whatever the row count. For tests and benchmarks only (all give the same
-    /// bits; the served path lets `tiled_for` and `prefill_config` choose).
+    /// its row gather where needed), whatever the row count. For tests and benchmarks only
+    /// (all give the same bits; the served path lets `tiled_for` and `prefill_config` choose).
     #[doc(hidden)]
     pub fn linear_with_kernel(
         &self,

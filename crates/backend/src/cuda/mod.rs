@@ -37,6 +37,7 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DriverError, LaunchConf
 use tf_checkpoint::TensorView;
 
 pub use graph::GraphStats;
+pub(crate) use graph::KArg;
 pub use tensor::{CudaBatch, CudaKv, CudaTensor, CudaWeight, KvLayout, WeightKind};
 
 use crate::batch::{BatchMeta, KvGeometry};
@@ -362,38 +363,6 @@ impl CudaBackend {
         self.graph_step_end()?;
         self.graphs.lock().unwrap_or_else(|e| e.into_inner()).disabled = !on;
         Ok(())
-    }
-}
-
-/// A kernel argument: a device address (`U64`), or a scalar of the kernel's type.
-#[derive(Clone, Debug)]
-pub(crate) enum KArg {
-    U64(u64),
-    U32(u32),
-    I32(i32),
-    F32(f32),
-    /// A TMA tensor map, passed by value (a `__grid_constant__` parameter).
-    Map(Arc<cudarc::driver::sys::CUtensorMap>),
-}
-
-impl From<u64> for KArg {
-    fn from(v: u64) -> KArg {
-        KArg::U64(v)
-    }
-}
-impl From<u32> for KArg {
-    fn from(v: u32) -> KArg {
-        KArg::U32(v)
-    }
-}
-impl From<i32> for KArg {
-    fn from(v: i32) -> KArg {
-        KArg::I32(v)
-    }
-}
-impl From<f32> for KArg {
-    fn from(v: f32) -> KArg {
-        KArg::F32(v)
     }
 }
 
