@@ -7,7 +7,7 @@
 #   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
 #        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs knobs33
-#        breakdown big summary rope sample wsab wsserve stepbw evenab pfab envab
+#        breakdown big summary rope sample wsab wsserve stepbw envab
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -268,34 +268,6 @@ stage_wsserve() {
 # .gpu/stepbw.cubin): launches, grid barriers, and since session 30 the weights through a
 # shared-memory ring filled by bulk copies (ring0, ring2), with latency phases of 4 and 8 us.
 stage_stepbw() { python3 tools/gpu/stepbw.py .gpu/stepbw.cubin --delay 4 8; }
-# Persistent launches with as few CTAs as keep their rounds (TENSORFOLD_PERSIST_EVEN=1,
-# fused.rs `persistent_grid`) against min(tiles, slots): fingerprints in both settings, then
-# bench decode alternated (3 rounds) on llama3-8b, and the 33B geometry if synthesized.
-stage_evenab() {
-  local r e
-  echo "default: $(fingerprints X=1)"
-  echo "even: $(fingerprints TENSORFOLD_PERSIST_EVEN=1)"
-  for r in 1 2 3; do
-    for e in X=1 TENSORFOLD_PERSIST_EVEN=1; do echo "$e l8b: $(decode_rates l8b 256 "$e")"; done
-  done
-  if [ -f $W/n33/config.json ]; then
-    for e in X=1 TENSORFOLD_PERSIST_EVEN=1 X=1 TENSORFOLD_PERSIST_EVEN=1; do
-      echo "$e n33: $(decode_rates n33 128 "$e")"
-    done
-  fi
-}
-# The o product's weight brought into L2 by the combine launch while attention computes
-# (TENSORFOLD_ATTN_PREFETCH=<MiB>, attention.rs `hint_next_read`): fingerprints with it on,
-# then bench decode alternated (3 rounds) off / 32 / 16 MiB on llama3-8b.
-stage_pfab() {
-  local r e
-  echo "prefetch 32: $(fingerprints TENSORFOLD_ATTN_PREFETCH=32)"
-  for r in 1 2 3; do
-    for e in X=1 TENSORFOLD_ATTN_PREFETCH=32 TENSORFOLD_ATTN_PREFETCH=16; do
-      echo "$e l8b: $(decode_rates l8b 256 "$e")"
-    done
-  done
-}
 # Any switches against the default, on llama3-8b: AB="ENV=V ENV2=V2 ..." (each one setting;
 # X=1 is the default). Fingerprints in each setting, then bench decode alternated, 3 rounds.
 stage_envab() {

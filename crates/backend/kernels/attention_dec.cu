@@ -504,28 +504,12 @@ DEC_ENTRY(attention_dec_hd64, 64)
 DEC_ENTRY(attention_dec_hd96, 96)
 DEC_ENTRY(attention_dec_hd128, 128)
 
-// CTA c of n's share of [pf, pf + bytes) (16-byte units) asked into L2 by bulk prefetches of
-// up to 8 KB, one a thread at a time (sm_90+; a hint: nothing waits for it).
-__device__ __forceinline__ void prefetch_share(const unsigned char* pf, u64 bytes, u32 c, u32 n) {
-    const u64 units = bytes / 16, per = (units + n - 1) / n, lo = c * per;
-    const u64 hi = min(units, lo + per);
-    for (u64 u = lo + (u64)threadIdx.x * 512; u < hi; u += (u64)blockDim.x * 512)
-        prefetch_l2(pf + u * 16, (u32)(min(hi - u, (u64)512) * 16));
-}
-
 // Merges the split partials of rows needing more than one split (decode mode), in split
 // order 0, 1, 2, ... with the kernel's sequential merge; out = bf16(O / L), -0 -> +0.
-// grid: (rows, heads + P); block: 128. `nsplit` is the partial buffer's split stride.
-// CTAs y >= heads (P of them, the host's `TENSORFOLD_ATTN_PREFETCH`) bring [pf, pf + pf_bytes)
-// (the o product's weight) into L2 while attention computes: they neither wait for attention
-// nor write anything, and weights never change, so no value depends on them (speed only).
+// grid: (rows, heads); block: 128. `nsplit` is the partial buffer's split stride.
 extern "C" __global__ void __launch_bounds__(128) attention_combine(
     bf16* __restrict__ out, const float* __restrict__ partial, const u32* __restrict__ positions,
-    u32 heads, u32 hd, u32 nsplit, const unsigned char* pf, u64 pf_bytes) {
-    if (blockIdx.y >= heads) {
-        if (blockIdx.x == 0) prefetch_share(pf, pf_bytes, blockIdx.y - heads, gridDim.y - heads);
-        return;
-    }
+    u32 heads, u32 hd, u32 nsplit) {
     pdl_wait();
     pdl_launch();
     const u32 r = blockIdx.x, h = blockIdx.y;

@@ -103,11 +103,6 @@ pub trait Backend: Send {
     /// visited block by block in position order; fp32 scores and softmax; bf16 out.
     fn attention(&self, args: AttnArgs<'_, Self>) -> Result<()>;
 
-    /// A hint before [`Backend::attention`]: the op after it reads `w` (the o product). A GPU
-    /// may bring `w` toward the chip while attention runs, whose loads are few. Speed only: no
-    /// value may depend on it; a backend may ignore it (the default).
-    fn hint_next_read(&self, _w: &Self::Weight) {}
-
     /// `out = bf16(bf16(silu(gate)) * up)`.
     fn swiglu(&self, gate: &Self::Tensor, up: &Self::Tensor, out: &mut Self::Tensor) -> Result<()>;
 

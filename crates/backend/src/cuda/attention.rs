@@ -42,7 +42,7 @@
 
 use cudarc::driver::LaunchConfig;
 
-use super::tensor::{dptr, CudaBatch, CudaKv, CudaTensor, CudaWeight};
+use super::tensor::{dptr, CudaBatch, CudaKv, CudaTensor};
 use super::{drv, CudaBackend, KArg, KvWrite};
 use crate::batch::KvGeometry;
 use crate::error::{BackendError, Result};
@@ -303,34 +303,7 @@ fn partials(be: &CudaBackend, len: usize) -> Result<u64> {
     Ok(scratch.as_ref().map_or(0u64, |b| dptr(b, &be.stream)))
 }
 
-/// Most bytes of the hinted weight that a decode call's combine launch brings into L2
-/// (`TENSORFOLD_ATTN_PREFETCH`, MiB; 0, the default, off). Speed only.
-fn prefetch_cap() -> u64 {
-    static CAP: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *CAP.get_or_init(|| {
-        let v = std::env::var("TENSORFOLD_ATTN_PREFETCH").ok();
-        v.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) << 20
-    })
-}
-
-/// `Backend::hint_next_read`: remembers the first `prefetch_cap()` bytes of `w` (whole 16-byte
-/// units) for the next attention call, on sm_90a (the bulk L2 prefetch); else forgets any.
-pub(crate) fn hint_next_read(be: &CudaBackend, w: &CudaWeight) {
-    if prefetch_cap() == 0 {
-        return; // off: nothing is ever stored, so `attention` has nothing to take
-    }
-    let bytes = (w.buf.len() as u64).min(prefetch_cap()) & !15;
-    let on = bytes > 0 && super::wgmma::runs_on(be.arch());
-    let hint = on.then(|| (dptr(&w.buf, &be.stream), bytes));
-    *be.next_read.lock().unwrap_or_else(|e| e.into_inner()) = hint;
-}
-
 pub(crate) fn attention(be: &CudaBackend, a: AttnArgs<'_, CudaBackend>) -> Result<()> {
-    // The hint is for this call only, whichever path it takes.
-    let next = match prefetch_cap() {
-        0 => None,
-        _ => be.next_read.lock().unwrap_or_else(|e| e.into_inner()).take(),
-    };
     let (kv, batch) = (a.kv, a.batch);
     kv.check_batch("attention", a.layer, batch)?;
     let g = &kv.geom;
@@ -354,7 +327,7 @@ pub(crate) fn attention(be: &CudaBackend, a: AttnArgs<'_, CudaBackend>) -> Resul
         ));
     }
     if rows > 0 {
-        launch(be, &a, rows, entries, next)?;
+        launch(be, &a, rows, entries)?;
     }
     a.out.rows = rows;
     Ok(())
@@ -367,7 +340,6 @@ fn launch(
     a: &AttnArgs<'_, CudaBackend>,
     rows: usize,
     (walk_entry, split_entry): (&'static str, &'static str),
-    next: Option<(u64, u64)>,
 ) -> Result<()> {
     let g = &a.kv.geom;
     let Plan { split, split_rows, nsplit, split_mode, dec } =
@@ -430,25 +402,13 @@ fn launch(
     be.launch(name, cfg, &args)?;
     if split_mode {
         let (heads, hd, ns) = (a.heads as u32, a.head_dim as u32, nsplit as u32);
-        // A hinted weight: an SM's worth of CTAs past the heads bring it into L2 (the combine
-        // launches once q/k/v is done, while attention computes).
-        let (pf, pf_bytes) = next.unwrap_or((0, 0));
-        let pf_ctas = if pf_bytes > 0 { be.sms as u32 } else { 0 };
         let cfg = LaunchConfig {
-            grid_dim: (rows as u32, heads + pf_ctas, 1),
+            grid_dim: (rows as u32, heads, 1),
             block_dim: (128, 1, 1),
             shared_mem_bytes: 0,
         };
-        let args: Vec<KArg> = vec![
-            out.into(),
-            part.into(),
-            pos.into(),
-            heads.into(),
-            hd.into(),
-            ns.into(),
-            pf.into(),
-            pf_bytes.into(),
-        ];
+        let args: Vec<KArg> =
+            vec![out.into(), part.into(), pos.into(), heads.into(), hd.into(), ns.into()];
         be.launch("attention_combine", cfg, &args)?;
     }
     Ok(())

@@ -288,15 +288,19 @@ pub(crate) fn launch_group(
     be.launch(name, cfg, &l.args)
 }
 
-/// The CTAs of a persistent launch over `tiles` tiles where the GPU holds `slots` at once:
-/// `min(tiles, slots)`, or with `TENSORFOLD_PERSIST_EVEN=1` the fewest CTAs that need as many
-/// rounds, so every CTA walks the same number of tiles (llama3-8b gate/up: 896 tiles on an
-/// H200's 264 slots run 3.4 rounds, 104 CTAs a fourth tile while 160 are done; even, 224 CTAs
-/// of 4 tiles each; q/k/v 384 tiles: 192 CTAs of 2). Which CTA runs a tile changes no bit.
+/// The CTAs of a persistent launch over `tiles` tiles where the GPU holds `slots` at once: the
+/// fewest CTAs that need as many rounds as `min(tiles, slots)` would, so every CTA walks the
+/// same number of tiles (llama3-8b gate/up: 896 tiles on an H200's 264 slots; `min` gives 3.4
+/// rounds, 104 CTAs running a fourth tile while 160 are done; even, 224 CTAs of 4 tiles each;
+/// q/k/v 384 tiles: 192 CTAs of 2). Which CTA runs a tile changes no bit.
+/// `TENSORFOLD_PERSIST_EVEN=0` launches `min(tiles, slots)` (an A/B switch). H200, session 33
+/// (bench decode, 3 alternated rounds in each of two calls): llama3-8b 220.7-225.3 tok/s
+/// against 213.3-221.4, the 33B geometry 58.2-58.6 against 57.5-58.0; H100, session 32: 166.4
+/// against 166.1 (neutral). Check exact's fingerprints equal both ways.
 pub(crate) fn persistent_grid(tiles: u32, slots: u32) -> u32 {
     static EVEN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let even =
-        *EVEN.get_or_init(|| std::env::var("TENSORFOLD_PERSIST_EVEN").is_ok_and(|v| v == "1"));
+        *EVEN.get_or_init(|| std::env::var("TENSORFOLD_PERSIST_EVEN").map_or(true, |v| v != "0"));
     grid_for(tiles, slots, even)
 }
 

@@ -108,8 +108,6 @@ pub struct CudaBackend {
     /// on the stream in between (a new batch's metadata) is no kernel: the next launch starts
     /// after it completes, so an entry it leaves allows only copies of finished rows.
     pub(crate) kv_written: Mutex<Option<KvWrite>>,
-    /// `hint_next_read`'s (address, bytes), taken by the next attention call.
-    pub(crate) next_read: Mutex<Option<(u64, u64)>>,
     /// Kernel launches issued so far (`launches`).
     launches: std::sync::atomic::AtomicU64,
     /// The fused norm products' count of CTAs that have read the residual (`linear_norm.cu`:
@@ -199,7 +197,6 @@ impl CudaBackend {
             pdl_step: std::sync::atomic::AtomicBool::new(true),
             sms,
             kv_written: Mutex::new(None),
-            next_read: Mutex::new(None),
             launches: Default::default(),
             norm_counter,
             resident: Mutex::new(Vec::new()),
@@ -465,10 +462,6 @@ impl Backend for CudaBackend {
 
     fn attention(&self, a: AttnArgs<'_, Self>) -> Result<()> {
         attention::attention(self, a)
-    }
-
-    fn hint_next_read(&self, w: &CudaWeight) {
-        attention::hint_next_read(self, w)
     }
 
     fn swiglu(&self, gate: &CudaTensor, up: &CudaTensor, out: &mut CudaTensor) -> Result<()> {

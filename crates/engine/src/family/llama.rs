@@ -258,7 +258,6 @@ impl<B: Backend> Llama<B> {
                 &sc.q
             }
         };
-        be.hint_next_read(&at.o_proj);
         be.attention(AttnArgs {
             q,
             kv,
