@@ -296,8 +296,6 @@ impl CudaBackend {
         })
     }
 
-    /// Launches entry point `name` with `args` in the kernel's declared order; while a step
-    /// is recorded (`graph`), the launch is logged instead and issued at the step's end.
     /// CTAs of `name` the GPU holds at once at `threads` threads and `smem` bytes: a
     /// persistent launch's grid (the driver's occupancy figure an SM, asked once per shape and
     /// kept in `resident`, times the SMs).
@@ -329,6 +327,8 @@ impl CudaBackend {
         self.launches.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Launches entry point `name` with `args` in the kernel's declared order; while a step
+    /// is recorded (`graph`), the launch is logged instead and issued at the step's end.
     pub(crate) fn launch(&self, name: &str, cfg: LaunchConfig, args: &[KArg]) -> Result<()> {
         *self.kv_written.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.launches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
