@@ -407,8 +407,7 @@ fn launch(
             block_dim: (128, 1, 1),
             shared_mem_bytes: 0,
         };
-        let args: Vec<KArg> =
-            vec![out.into(), part.into(), pos.into(), heads.into(), hd.into(), ns.into()];
+        let args = [out.into(), part.into(), pos.into(), heads.into(), hd.into(), ns.into()];
         be.launch("attention_combine", cfg, &args)?;
     }
     Ok(())

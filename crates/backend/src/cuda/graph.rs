@@ -78,29 +78,20 @@ pub(crate) enum KArg {
     I32(i32),
     F32(f32),
     /// A TMA tensor map, passed by value (a `__grid_constant__` parameter).
-    Map(std::sync::Arc<cudarc::driver::sys::CUtensorMap>),
+    Map(Arc<sys::CUtensorMap>),
 }
 
-impl From<u64> for KArg {
-    fn from(v: u64) -> KArg {
-        KArg::U64(v)
-    }
+/// `KArg::$v(x)` from a scalar of the kernel parameter's type.
+macro_rules! karg_from {
+    ($($t:ty => $v:ident),*) => {$(
+        impl From<$t> for KArg {
+            fn from(x: $t) -> KArg {
+                KArg::$v(x)
+            }
+        }
+    )*};
 }
-impl From<u32> for KArg {
-    fn from(v: u32) -> KArg {
-        KArg::U32(v)
-    }
-}
-impl From<i32> for KArg {
-    fn from(v: i32) -> KArg {
-        KArg::I32(v)
-    }
-}
-impl From<f32> for KArg {
-    fn from(v: f32) -> KArg {
-        KArg::F32(v)
-    }
-}
+karg_from!(u64 => U64, u32 => U32, i32 => I32, f32 => F32);
 
 impl KArg {
     /// Kind and bit pattern (a tensor map's: a hash of its words), for the log hash.
