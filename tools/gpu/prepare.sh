@@ -10,6 +10,7 @@
 #   .gpu/cuda_fused_rope the q/k/v + rope test binary, stripped (receipt.sh's rope stage)
 #   .gpu/cuda_sample     the sampling test binary, stripped (receipt.sh's sample stage)
 #   .gpu/cuda_fused      the fused-launch test binary, stripped (receipt.sh's wsab stage)
+#   .gpu/cuda_ahead      the decode-ahead test binary, stripped (receipt.sh's ahead stage)
 #   .gpu/loadbw.cubin    tools/gpu/loadbw.py's kernels for sm_90a (the loadbw stage)
 #   .gpu/stepbw.cubin    tools/gpu/stepbw.py's kernels for sm_90a (the stepbw stage)
 #   .whl/                openai and its deps for CPython 3.12 (tools/gpu/wheels.sh)
@@ -34,7 +35,7 @@ peer="$repo/../shared/peers/torch_peer.py"
 if [ -f "$peer" ]; then cp "$peer" .gpu/torch_peer.py; else echo "prepare: no $peer (peer stage)" >&2; fi
 # A tf-backend test binary into .gpu/, stripped; its path is the one cargo prints for
 # `--no-run`. cuda_wgmma: the products and wsab stages; cuda_fused_rope: rope; cuda_sample:
-# sample; cuda_fused: wsab (q/k/v and gate/up in one launch).
+# sample; cuda_fused: wsab (q/k/v and gate/up in one launch); cuda_ahead: ahead.
 test_bin() {
   local path
   path=$(cargo test --release -p tf-backend --test "$1" --no-run 2>&1 |
@@ -42,7 +43,7 @@ test_bin() {
   cp "$path" ".gpu/$1"
   strip ".gpu/$1"
 }
-for t in cuda_wgmma cuda_fused_rope cuda_sample cuda_fused; do test_bin "$t"; done
+for t in cuda_wgmma cuda_fused_rope cuda_sample cuda_fused cuda_ahead; do test_bin "$t"; done
 scripts/nvrtc-wheels.sh >/dev/null
 python3 tools/gpu/loadbw.py --build .gpu/loadbw.cubin
 python3 tools/gpu/stepbw.py --build .gpu/stepbw.cubin

@@ -7,7 +7,7 @@
 #   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
 #        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs knobs33
-#        breakdown big summary rope sample wsab wsserve stepbw envab
+#        breakdown big summary rope sample wsab wsserve stepbw envab ahead
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -276,6 +276,20 @@ stage_envab() {
   for r in 1 2 3; do
     for e in X=1 $AB; do echo "$e l8b: $(decode_rates l8b 256 "$e")"; done
   done
+}
+# Decode ahead (the next step issued before the host reads this one's token): the GPU test,
+# every generated id of bench decode (llama3-8b, smol) with it on and off, then decode speed
+# against TENSORFOLD_DECODE_AHEAD=0.
+stage_ahead() {
+  .gpu/cuda_ahead --ignored --nocapture 2>&1 | grep -E "start|test result|panicked|differ"
+  local m e
+  for m in l8b smol; do
+    for e in X=1 TENSORFOLD_DECODE_AHEAD=0; do
+      echo "$m $e: $(env $e $B bench -m $W/$m --device cuda --pp 128 --tg 256 --reps 1 |
+        grep -o '"tokens_fnv":"[0-9a-f]*"')"
+    done
+  done
+  AB="TENSORFOLD_DECODE_AHEAD=0" stage_envab
 }
 stage_serve() {
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site

@@ -21,13 +21,11 @@ __device__ __forceinline__ void better(float& v, u32& i, float ov, u32 oi) {
     }
 }
 
-extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
-argmax_f32(const void* logits, int is_f32, u32* out, u32 cols) {
-    pdl_wait();
-    pdl_launch();
+// The greedy token of row `r` (this block's), in thread 0 (other threads: unspecified).
+__device__ __forceinline__ u32 row_argmax(const void* logits, int is_f32, u32 cols, u32 r) {
     __shared__ float sv[ARGMAX_THREADS / 32];
     __shared__ u32 si[ARGMAX_THREADS / 32];
-    const u64 base = (u64)blockIdx.x * cols;
+    const u64 base = (u64)r * cols;
     float bv = __int_as_float(0xff800000);  // -inf: only a value above it is ever taken
     u32 bi = NO_ID;
     const float* row = (const float*)logits + base;
@@ -79,7 +77,37 @@ argmax_f32(const void* logits, int is_f32, u32* out, u32 cols) {
             u32 oi = __shfl_xor_sync(0xffffffffu, bi, o);
             better(bv, bi, ov, oi);
         }
-        if (lane == 0) out[blockIdx.x] = bi == NO_ID ? 0u : bi;
+    }
+    return bi == NO_ID ? 0u : bi;
+}
+
+extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
+argmax_f32(const void* logits, int is_f32, u32* out, u32 cols) {
+    pdl_wait();
+    pdl_launch();
+    const u32 t = row_argmax(logits, is_f32, cols, blockIdx.x);
+    if (threadIdx.x == 0) out[blockIdx.x] = t;
+}
+
+// Decode ahead (one block; a step of one row and one logits row, `cuda/ahead.rs`): the row's
+// greedy token t (argmax_f32's rule) becomes the next step's input on the device: the step
+// metadata's token slot `meta[tok_at]` := t and its position `meta[pos_at]` := p + 1, and t
+// is written to host-mapped memory `ring[(p + 1) % ring_len]`, where the host reads it
+// without a copy. Launched last in its step, after every kernel that reads the metadata
+// (each waited for its predecessor), so the step it ends is unchanged; the next step, issued
+// by the host before this token is read, reads the advanced metadata.
+extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
+argmax_ahead(const void* logits, int is_f32, u32 cols, u32* meta, u32 tok_at, u32 pos_at,
+             volatile u32* ring, u32 ring_len) {
+    pdl_wait();
+    pdl_launch();
+    const u32 t = row_argmax(logits, is_f32, cols, 0);
+    if (threadIdx.x == 0) {
+        const u32 q = meta[pos_at] + 1;
+        meta[tok_at] = t;
+        meta[pos_at] = q;
+        ring[q % ring_len] = t;
+        __threadfence_system();
     }
 }
 

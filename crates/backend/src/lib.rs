@@ -238,6 +238,27 @@ pub trait Backend: Send {
         Ok(v.chunks_exact(cols).map(argmax_row).collect())
     }
 
+    /// Whether [`Backend::argmax_ahead`] is available (greedy decode with the next step
+    /// issued before this one's token is read).
+    fn decode_ahead(&self) -> bool {
+        false
+    }
+
+    /// Decode ahead, inside a step of one row and one logits row (before `step_end`): the
+    /// greedy token of `logits`' row ([`Backend::argmax`]'s rule) becomes, on the device, the
+    /// input of the next step, whose metadata (`batch`'s, its position advanced by one) is
+    /// returned, so the host can issue that step before it reads this token with
+    /// [`Backend::ahead_token`]. Only where [`Backend::decode_ahead`] says so.
+    fn argmax_ahead(&self, _logits: &Self::Tensor, _batch: &Self::Batch) -> Result<Self::Batch> {
+        Err(BackendError::Device(format!("{}: no decode ahead", self.name())))
+    }
+
+    /// The token [`Backend::argmax_ahead`] chose for sequence position `position` (the step
+    /// at `position - 1`), waiting for it.
+    fn ahead_token(&self, _position: usize) -> Result<u32> {
+        Err(BackendError::Device(format!("{}: no decode ahead", self.name())))
+    }
+
     /// The sampled token of each of the first `rows` rows of a logits tensor under its
     /// [`sample::Draw`] (`draws.len() == rows`), after its [`penalty::Penalties`] (none when
     /// `penalties` is empty, else one a row): the definitions of [`penalty::Penalties::apply`]

@@ -65,6 +65,10 @@ pub struct GenRequest<'a> {
 /// A loaded model with its KV pool, serving one sequence at a time.
 pub struct Generator<B: Backend> {
     pub model: Box<dyn CausalLm<B>>,
+    /// Greedy decode runs a step ahead of the host where the model can (`decode_ahead`); on
+    /// by default, `TENSORFOLD_DECODE_AHEAD=0` or setting this false turns it off (the same
+    /// tokens either way).
+    pub ahead: bool,
     kv: B::Kv,
     blocks: BlockAllocator,
 }
@@ -74,7 +78,7 @@ impl<B: Backend> Generator<B> {
     pub fn new(model: Box<dyn CausalLm<B>>, num_blocks: usize) -> Result<Self> {
         let geom = model.kv_geometry(BLOCK_SIZE, num_blocks);
         let kv = model.backend().alloc_kv(&geom)?;
-        Ok(Generator { model, kv, blocks: BlockAllocator::new(num_blocks as u32) })
+        Ok(Generator { model, ahead: true, kv, blocks: BlockAllocator::new(num_blocks as u32) })
     }
 
     /// Generates from `req.prompt`; `on_token(id, logits)` sees each chosen token (also a stop
@@ -170,6 +174,15 @@ impl<B: Backend> Generator<B> {
             next = self.next(&meta, &req.sampler, on_device, at, seen.as_ref())?;
         }
         let prefill_time = start.elapsed();
+        if let Next::Token(t0) = next {
+            let greedy = device_greedy(&req.sampler) && req.max_tokens >= 2;
+            if greedy && self.ahead && self.model.decode_ahead() {
+                let (output, finish, first_at) = self.decode_ahead(req, &seq, t0, on_token)?;
+                let mut st = stats(req, prefill_time, start, first_at, finish);
+                st.output_tokens = output.len();
+                return Ok((output, st));
+            }
+        }
         let mut output: Vec<u32> = Vec::new();
         let mut first_at: Option<Instant> = None;
         let mut finish = FinishReason::Length;
@@ -200,15 +213,64 @@ impl<B: Backend> Generator<B> {
             next = self.next(&meta, &req.sampler, on_device, pos + 1, seen.as_ref())?;
         }
         let first_at = first_at.unwrap_or_else(Instant::now);
-        let stats = GenStats {
-            prompt_tokens: req.prompt.len(),
-            output_tokens: output.len(),
-            prefill_time,
-            decode_time: first_at.elapsed(),
-            time_to_first_token: first_at.duration_since(start),
-            finish,
+        let mut st = stats(req, prefill_time, start, first_at, finish);
+        st.output_tokens = output.len();
+        Ok((output, st))
+    }
+
+    /// The greedy decode loop of `run` with the device a step ahead of the host
+    /// (`CausalLm::ahead_step`): while the host reads token n, the step that feeds it to the
+    /// model is already queued behind the step computing it, so the GPU does not wait for the
+    /// host between steps. The same tokens, stops and callbacks as `run`'s loop; a stop or a
+    /// cancel leaves at most two steps computed past it (their KV rows lie past the
+    /// sequence's end, inside its blocks, which `generate_with` frees). Returns the output,
+    /// the finish reason and when the first token was handled.
+    fn decode_ahead(
+        &mut self,
+        req: &GenRequest<'_>,
+        seq: &SeqMeta,
+        t0: u32,
+        on_token: &mut dyn FnMut(u32, &[f32]) -> bool,
+    ) -> Result<(Vec<u32>, FinishReason, Instant)> {
+        let p0 = req.prompt.len();
+        let first_at = Instant::now();
+        let mut output: Vec<u32> = Vec::new();
+        let mut finish = FinishReason::Length;
+        // Step j feeds output[j] (position p0 + j) and yields output[j + 1]; steps
+        // 0 ..= max_tokens - 2 exist. `issued`: steps issued so far.
+        let (mut tok, mut issued) = (t0, 0usize);
+        let res = loop {
+            let go_on = on_token(tok, &[]);
+            if req.stop_tokens.contains(&tok) {
+                finish = FinishReason::Stop;
+                break Ok(());
+            }
+            output.push(tok);
+            if !go_on {
+                finish = FinishReason::Cancelled;
+                break Ok(());
+            }
+            let n = output.len();
+            if n == req.max_tokens {
+                break Ok(());
+            }
+            // One step beyond the one whose token comes next, when it will be needed.
+            let want = n.min(req.max_tokens - 2);
+            let mut step = Ok(());
+            while step.is_ok() && issued <= want {
+                let first = (issued == 0).then(|| step_meta(&[t0], p0, seq, true));
+                step = self.model.ahead_step(&mut self.kv, first.as_ref());
+                issued += 1;
+            }
+            match step.and_then(|()| self.model.ahead_token(p0 + n)) {
+                Ok(t) => tok = t,
+                Err(e) => break Err(e),
+            }
         };
-        Ok((output, stats))
+        let ended = self.model.ahead_end();
+        res?;
+        ended?;
+        Ok((output, finish, first_at))
     }
 
     /// Logits of every position of `tokens` (teacher forcing), `(tokens, vocab)`, computed in
@@ -239,6 +301,24 @@ impl<B: Backend> Generator<B> {
         }
         self.blocks.free(&table)?;
         res.map(|_| all)
+    }
+}
+
+/// A generation's timings; `output_tokens` is set by the caller.
+fn stats(
+    req: &GenRequest<'_>,
+    prefill_time: Duration,
+    start: Instant,
+    first_at: Instant,
+    finish: FinishReason,
+) -> GenStats {
+    GenStats {
+        prompt_tokens: req.prompt.len(),
+        output_tokens: 0,
+        prefill_time,
+        decode_time: first_at.elapsed(),
+        time_to_first_token: first_at.duration_since(start),
+        finish,
     }
 }
 

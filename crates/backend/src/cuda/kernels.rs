@@ -177,6 +177,7 @@ pub(crate) const ENTRIES: &[Entry] = &[
     },
     e("attention_combine", "attention", 128),
     e("argmax_f32", "sample", 1024),
+    e("argmax_ahead", "sample", 1024),
     e("sample_rows", "sample", 1024),
     e("penalize_rows", "sample", 1024),
     Entry {

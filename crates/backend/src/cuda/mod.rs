@@ -13,6 +13,7 @@
 //! order on one stream; `synchronize` and the `read_*` ops wait for it.
 //! Rejected: cuBLAS in the served path (its algorithm choice depends on the row count).
 
+mod ahead;
 mod attention;
 pub mod compile;
 mod fused;
@@ -120,6 +121,8 @@ pub struct CudaBackend {
     pub(crate) staging: Mutex<Option<staging::Staging>>,
     /// `TENSORFOLD_STEP_EVENTS=1`: events around each step (`step_events.rs`), else None.
     pub(crate) step_events: Mutex<Option<step_events::StepEvents>>,
+    /// The decode-ahead token ring (`ahead.rs`), made on first use.
+    pub(crate) ahead_ring: Mutex<Option<ahead::HostRing>>,
 }
 
 /// An occupancy question: (entry point, threads a block, dynamic shared memory bytes).
@@ -202,6 +205,7 @@ impl CudaBackend {
             resident: Mutex::new(Vec::new()),
             staging: Mutex::new(None),
             step_events: Mutex::new(step_events::enabled().then(Default::default)),
+            ahead_ring: Mutex::new(None),
         })
     }
 
@@ -415,6 +419,18 @@ impl Backend for CudaBackend {
 
     fn argmax(&self, t: &CudaTensor, rows: usize) -> Result<Vec<u32>> {
         sample::argmax(self, t, rows)
+    }
+
+    fn decode_ahead(&self) -> bool {
+        ahead::enabled(self)
+    }
+
+    fn argmax_ahead(&self, logits: &CudaTensor, batch: &CudaBatch) -> Result<CudaBatch> {
+        ahead::argmax_ahead(self, logits, batch)
+    }
+
+    fn ahead_token(&self, position: usize) -> Result<u32> {
+        ahead::ahead_token(self, position)
     }
 
     fn sample(

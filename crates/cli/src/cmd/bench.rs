@@ -146,6 +146,9 @@ fn run_on<B: Backend + 'static>(a: BenchArgs, backend: B) -> Result<()> {
                     "seed": a.seed,
                 },
                 "first_tokens": &tokens[..tokens.len().min(8)],
+                // Every generated id, hashed (FNV-1a over their little-endian bytes), so runs
+                // of other chunkings or switches can be compared whole.
+                "tokens_fnv": format!("{:016x}", fnv1a(&tokens)),
                 // Rep 0: from opening the checkpoint to its first token (kernel compilation
                 // included unless the kernel cache holds them); null for the others.
                 "first_token_s": (rep == 0)
@@ -154,6 +157,13 @@ fn run_on<B: Backend + 'static>(a: BenchArgs, backend: B) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// FNV-1a (64-bit) of the ids' little-endian bytes.
+fn fnv1a(ids: &[u32]) -> u64 {
+    ids.iter()
+        .flat_map(|t| t.to_le_bytes())
+        .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
 /// The f64 whose shortest decimal is the f32's (1.3, not 1.2999999523162842).

@@ -77,6 +77,8 @@ pub struct Llama<B: Backend> {
     scratch: Scratch<B>,
     max_rows: usize,
     max_positions: usize,
+    /// Decode ahead: the metadata of the next step, advanced on the device by the last.
+    ahead: Option<B::Batch>,
 }
 
 impl<B: Backend> Llama<B> {
@@ -141,6 +143,7 @@ impl<B: Backend> Llama<B> {
             scratch,
             max_rows: opts.max_rows,
             max_positions,
+            ahead: None,
         })
     }
 }
@@ -340,6 +343,44 @@ impl<B: Backend> CausalLm<B> for Llama<B> {
         Ok(self.backend.argmax(&self.scratch.logits, n)?)
     }
 
+    fn decode_ahead(&self) -> bool {
+        self.backend.decode_ahead()
+    }
+
+    fn ahead_step(&mut self, kv: &mut B::Kv, first: Option<&BatchMeta>) -> Result<()> {
+        let batch = match first {
+            Some(meta) => {
+                self.ahead = None;
+                self.check_step(meta)?;
+                if meta.rows() != 1 || meta.logit_rows != [0] {
+                    return Err(EngineError::Refused("decode ahead takes one row".into()));
+                }
+                self.backend.prepare_batch(meta)?
+            }
+            None => self.ahead.take().ok_or_else(|| {
+                EngineError::Refused("decode ahead: no step was issued before".into())
+            })?,
+        };
+        self.backend.step_begin(&batch)?;
+        let issued = self.issue(kv, &batch);
+        let next =
+            issued.and_then(|()| Ok(self.backend.argmax_ahead(&self.scratch.logits, &batch)?));
+        let ended = self.backend.step_end();
+        let next = next?;
+        ended?;
+        self.ahead = Some(next);
+        Ok(())
+    }
+
+    fn ahead_token(&mut self, position: usize) -> Result<u32> {
+        Ok(self.backend.ahead_token(position)?)
+    }
+
+    fn ahead_end(&mut self) -> Result<()> {
+        self.ahead = None;
+        Ok(self.backend.synchronize()?)
+    }
+
     fn forward_sample(
         &mut self,
         kv: &mut B::Kv,
@@ -357,6 +398,19 @@ impl<B: Backend> Llama<B> {
     /// `scratch.logits`; returns their count. The ops between `step_begin` and `step_end` are
     /// one step to the backend (CUDA may replay them as a graph: same launches, same bits).
     fn step(&mut self, kv: &mut B::Kv, meta: &BatchMeta) -> Result<usize> {
+        self.check_step(meta)?;
+        let batch = self.backend.prepare_batch(meta)?;
+        self.backend.step_begin(&batch)?;
+        let issued = self.issue(kv, &batch);
+        // Closed on every path: the ops issued before an error run, as they would unrecorded.
+        let ended = self.backend.step_end();
+        issued?;
+        ended?;
+        Ok(meta.logit_rows.len())
+    }
+
+    /// A step's rows against the loaded sizes: 1 to `max_rows`, positions inside the context.
+    fn check_step(&self, meta: &BatchMeta) -> Result<()> {
         let rows = meta.rows();
         if rows == 0 || rows > self.max_rows {
             return Err(EngineError::Refused(format!(
@@ -370,14 +424,7 @@ impl<B: Backend> Llama<B> {
                 self.max_positions
             )));
         }
-        let batch = self.backend.prepare_batch(meta)?;
-        self.backend.step_begin(&batch)?;
-        let issued = self.issue(kv, &batch);
-        // Closed on every path: the ops issued before an error run, as they would unrecorded.
-        let ended = self.backend.step_end();
-        issued?;
-        ended?;
-        Ok(meta.logit_rows.len())
+        Ok(())
     }
 
     /// Every op of one step: embed, the layers, the final norm, the logits.

@@ -35,6 +35,30 @@ pub trait CausalLm<B: Backend>: Send {
         Ok(logits.chunks_exact(vocab).map(tf_backend::argmax_row).collect())
     }
 
+    /// Whether greedy decode can run ahead of the host ([`CausalLm::ahead_step`]): the
+    /// backend's `decode_ahead`.
+    fn decode_ahead(&self) -> bool {
+        false
+    }
+
+    /// Decode ahead (one sequence, one row a step, greedy): issues a step whose greedy token
+    /// the device feeds to the next step, and returns without waiting for it. `first`: the
+    /// first such step (its token from the host); None: the step after the last one issued.
+    /// The same tokens as `forward_greedy` step by step.
+    fn ahead_step(&mut self, _kv: &mut B::Kv, _first: Option<&BatchMeta>) -> Result<()> {
+        Err(EngineError::Refused("this model has no decode ahead".into()))
+    }
+
+    /// The token an ahead step chose for sequence position `position`, waiting for it.
+    fn ahead_token(&mut self, _position: usize) -> Result<u32> {
+        Err(EngineError::Refused("this model has no decode ahead".into()))
+    }
+
+    /// Ends a decode-ahead sequence: waits for the steps still in flight.
+    fn ahead_end(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// Runs one step like [`CausalLm::forward`] and returns the token of each logit row under
     /// its [`Draw`] (`draws[i]` for logit row `i`) after its [`Penalties`] (`penalties`
     /// empty: none; else one a row), sampled where the logits are (`Backend::sample`, the
