@@ -282,6 +282,7 @@ stage_envab() {
 # against TENSORFOLD_DECODE_AHEAD=0.
 stage_ahead() {
   .gpu/cuda_ahead --ignored --nocapture 2>&1 | grep -E "start|test result|panicked|differ"
+  echo "cuda_ahead rc=${PIPESTATUS[0]}"
   local m e
   for m in l8b smol; do
     for e in X=1 TENSORFOLD_DECODE_AHEAD=0; do
