@@ -277,6 +277,7 @@ impl Cubins {
         let slots = Arc::new(FAMILIES.iter().map(|_| OnceLock::new()).collect());
         let set = Cubins { arch: arch.to_string(), cache, slots };
         if background {
+            warm_nvrtc(arch);
             wait_background_at_exit();
             for (i, fam) in FAMILIES.iter().enumerate() {
                 let set = set.clone();
@@ -366,6 +367,26 @@ extern "C" fn wait_background_on_exit() {
 
 extern "C" {
     fn atexit(f: extern "C" fn()) -> std::ffi::c_int;
+}
+
+/// Compiles an empty kernel once, on this thread, before the exit handler is registered:
+/// NVRTC registers its library destructors as it first runs, and exit() runs handlers in the
+/// reverse order of registration, so the handler that waits for the background compiles must
+/// come after them (session 34: a process leaving during a cold compile died in an
+/// `nvrtc-*` thread, SIGSEGV, when it did not). A failure here only loses that order.
+fn warm_nvrtc(arch: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let Ok(src) = CString::new("extern \"C\" __global__ void tf_warm() {}") else { return };
+        let Ok(prog) = nvrtc::create_program(&src, None) else { return };
+        let opts = [format!("--gpu-architecture={arch}")];
+        // SAFETY: `prog` was just created from `src`, which outlives it; it is destroyed once
+        // and not used after.
+        unsafe {
+            let _ = nvrtc::compile_program(prog, &opts);
+            let _ = nvrtc::destroy_program(prog);
+        }
+    });
 }
 
 /// Registers `wait_background_on_exit` once. exit() runs handlers in the reverse order of
