@@ -178,8 +178,7 @@ impl<B: Backend> Generator<B> {
             let greedy = device_greedy(&req.sampler) && req.max_tokens >= 2;
             if greedy && self.ahead && self.model.decode_ahead() {
                 let (output, finish, first_at) = self.decode_ahead(req, &seq, t0, on_token)?;
-                let mut st = stats(req, prefill_time, start, first_at, finish);
-                st.output_tokens = output.len();
+                let st = stats(req, output.len(), prefill_time, start, first_at, finish);
                 return Ok((output, st));
             }
         }
@@ -213,8 +212,7 @@ impl<B: Backend> Generator<B> {
             next = self.next(&meta, &req.sampler, on_device, pos + 1, seen.as_ref())?;
         }
         let first_at = first_at.unwrap_or_else(Instant::now);
-        let mut st = stats(req, prefill_time, start, first_at, finish);
-        st.output_tokens = output.len();
+        let st = stats(req, output.len(), prefill_time, start, first_at, finish);
         Ok((output, st))
     }
 
@@ -304,9 +302,10 @@ impl<B: Backend> Generator<B> {
     }
 }
 
-/// A generation's timings; `output_tokens` is set by the caller.
+/// A generation's counts and timings.
 fn stats(
     req: &GenRequest<'_>,
+    output_tokens: usize,
     prefill_time: Duration,
     start: Instant,
     first_at: Instant,
@@ -314,7 +313,7 @@ fn stats(
 ) -> GenStats {
     GenStats {
         prompt_tokens: req.prompt.len(),
-        output_tokens: 0,
+        output_tokens,
         prefill_time,
         decode_time: first_at.elapsed(),
         time_to_first_token: first_at.duration_since(start),

@@ -20,6 +20,7 @@
 //! synchronizes before another sequence starts (`Generator`), so no late write from an
 //! earlier sequence can land in a slot after it was marked.
 
+use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys;
@@ -106,18 +107,21 @@ pub(crate) fn enabled(be: &CudaBackend) -> bool {
     if FAILED.get().is_some() {
         return false;
     }
-    let mut ring = be.ahead_ring.lock().unwrap_or_else(|e| e.into_inner());
-    if ring.is_none() {
-        match HostRing::new(be) {
-            Ok(r) => *ring = Some(r),
-            Err(e) => {
-                eprintln!("tensorfold: decode ahead off: {e}");
-                let _ = FAILED.set(());
-                return false;
-            }
-        }
+    if let Err(e) = ring(be) {
+        eprintln!("tensorfold: decode ahead off: {e}");
+        let _ = FAILED.set(());
+        return false;
     }
     true
+}
+
+/// The backend's ring, made on first use.
+fn ring(be: &CudaBackend) -> Result<MutexGuard<'_, Option<HostRing>>> {
+    let mut ring = be.ahead_ring.lock().unwrap_or_else(|e| e.into_inner());
+    if ring.is_none() {
+        *ring = Some(HostRing::new(be)?);
+    }
+    Ok(ring)
 }
 
 fn refuse(why: String) -> BackendError {
@@ -143,15 +147,8 @@ pub(crate) fn argmax_ahead(be: &CudaBackend, t: &CudaTensor, b: &CudaBatch) -> R
     let mut next = m.clone();
     next.tokens = vec![0];
     next.positions = vec![q];
-    let need = q as usize / m.block_size + 1;
-    let Some(blocks) = m.seqs[0].block_table.get(..need) else {
-        return Err(refuse(format!("position {q} is past the sequence's {} blocks", need - 1)));
-    };
-    let max_block = blocks.iter().copied().max();
-    let mut ring = be.ahead_ring.lock().unwrap_or_else(|e| e.into_inner());
-    if ring.is_none() {
-        *ring = Some(HostRing::new(be)?);
-    }
+    next.validate(None)?;
+    let ring = ring(be)?;
     let Some(ring) = ring.as_ref() else {
         return Err(BackendError::Device("cuda: decode-ahead ring missing".into()));
     };
@@ -170,6 +167,7 @@ pub(crate) fn argmax_ahead(be: &CudaBackend, t: &CudaTensor, b: &CudaBatch) -> R
     ];
     let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
     be.launch("argmax_ahead", cfg, &args)?;
+    let max_block = CudaBatch::max_block(&next);
     Ok(CudaBatch { meta: next, max_block, dev: b.dev.clone(), at: b.at, fixed: b.fixed })
 }
 
@@ -193,7 +191,7 @@ pub(crate) fn ahead_token(be: &CudaBackend, position: usize) -> Result<u32> {
         spins = spins.wrapping_add(1);
         if spins.is_multiple_of(4096) {
             // SAFETY: a query of the backend's own live stream.
-            let r = unsafe { sys::cuStreamQuery(s_handle(be)) };
+            let r = unsafe { sys::cuStreamQuery(be.stream.cu_stream()) };
             match r {
                 sys::CUresult::CUDA_SUCCESS if ring.get(slot) == EMPTY => {
                     return Err(BackendError::Device(format!(
@@ -212,8 +210,4 @@ pub(crate) fn ahead_token(be: &CudaBackend, position: usize) -> Result<u32> {
         }
         std::hint::spin_loop();
     }
-}
-
-fn s_handle(be: &CudaBackend) -> sys::CUstream {
-    be.stream.cu_stream()
 }

@@ -351,13 +351,18 @@ impl CudaBatch {
         img.extend_from_slice(&meta.logit_rows);
         img.extend_from_slice(&tables);
         img.push(0); // never empty
+        (img, at, Self::max_block(meta))
+    }
+
+    /// The largest block id any row of `meta` needs, after `meta.validate`.
+    pub(crate) fn max_block(meta: &BatchMeta) -> Option<u32> {
         let mut max_block = None;
-        for r in 0..rows {
+        for r in 0..meta.rows() {
             let seq = &meta.seqs[meta.row_seq[r] as usize];
             let need = meta.positions[r] as usize / meta.block_size + 1;
             max_block = max_block.max(seq.block_table[..need].iter().copied().max());
         }
-        (img, at, max_block)
+        max_block
     }
 }
 
