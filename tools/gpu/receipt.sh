@@ -7,7 +7,7 @@
 #   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
 #        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs knobs33
-#        breakdown big summary rope sample wsab wsserve stepbw envab ahead
+#        breakdown big summary rope sample wsab wsserve stepbw envab ahead serveab
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -167,6 +167,15 @@ stage_concab() {
   for r in 1 2; do
     for d in X=1 TF_ROPE_TRIGGER=0 TF_DEC_SPREAD=0; do
       echo "-- $d"; TENSORFOLD_KERNEL_DEFINES=$d stage_conc 2>&1 | grep -E "^level|equal"
+    done
+  done
+}
+# Decode ahead in the serve scheduler (session 35: a lone greedy lane's steps run ahead of
+# the host): streams with it on and off (TENSORFOLD_DECODE_AHEAD=0), two alternated rounds.
+stage_serveab() {
+  for r in 1 2; do
+    for d in X=1 TENSORFOLD_DECODE_AHEAD=0; do
+      echo "-- $d"; (export "$d"; stage_conc) 2>&1 | grep -E "^level|equal"
     done
   done
 }

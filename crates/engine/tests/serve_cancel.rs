@@ -4,9 +4,11 @@
 //! running from its `Started` event on (regression: they were published only after the
 //! lane's first step, so a long first prefill chunk looked like an idle engine).
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+mod serve_common;
 
+use std::path::{Path, PathBuf};
+
+use serve_common::settled;
 use tf_backend::cpu::CpuBackend;
 use tf_checkpoint::Checkpoint;
 use tf_engine::family::{self, LoadOptions};
@@ -87,19 +89,6 @@ fn collect(mut sub: Submission) -> Vec<u32> {
             }
             Event::Failed { message } => panic!("failed: {message}"),
         }
-    }
-}
-
-/// The engine's stats once no request runs or waits (panics after 60 s: a leaked lane).
-fn settled(e: &EngineHandle) -> EngineStats {
-    let t0 = Instant::now();
-    loop {
-        let st = e.stats();
-        if st.requests_running == 0 && st.requests_waiting == 0 {
-            return st;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(60), "a lane never freed: {st:?}");
-        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

@@ -116,6 +116,7 @@ impl EngineHandle {
             lanes: Vec::new(),
             waiting: VecDeque::new(),
             shared: shared.clone(),
+            stopping: false,
         };
         std::thread::Builder::new()
             .name("tf-engine".into())
@@ -216,25 +217,24 @@ struct Worker<B: Backend> {
     lanes: Vec<Lane>,
     waiting: VecDeque<Box<Job>>,
     shared: Arc<Shared>,
+    /// A shutdown was asked for: no new lanes; the running ones finish.
+    stopping: bool,
 }
 
 impl<B: Backend> Worker<B> {
     fn run(mut self, rx: Receiver<Msg>) {
-        let mut stopping = false;
         loop {
             if self.lanes.is_empty() && self.waiting.is_empty() {
-                if stopping {
+                if self.stopping {
                     break;
                 }
                 match rx.recv() {
-                    Ok(m) => stopping |= self.take(m),
+                    Ok(m) => self.take(m),
                     Err(_) => break,
                 }
             }
-            while let Ok(m) = rx.try_recv() {
-                stopping |= self.take(m);
-            }
-            if stopping {
+            self.poll(&rx);
+            if self.stopping {
                 for job in self.waiting.drain(..) {
                     self.shared.waiting.fetch_sub(1, Ordering::Relaxed);
                     let _ = job
@@ -244,7 +244,9 @@ impl<B: Backend> Worker<B> {
             }
             self.reap_cancelled();
             self.admit();
-            if !self.lanes.is_empty() {
+            if self.ahead_ready() {
+                self.step_ahead(&rx);
+            } else if !self.lanes.is_empty() {
                 self.step();
             }
             self.publish();
@@ -254,14 +256,17 @@ impl<B: Backend> Worker<B> {
         }
     }
 
-    /// Takes a message; true on shutdown.
-    fn take(&mut self, m: Msg) -> bool {
+    /// Takes the messages that arrived, without waiting.
+    fn poll(&mut self, rx: &Receiver<Msg>) {
+        while let Ok(m) = rx.try_recv() {
+            self.take(m);
+        }
+    }
+
+    fn take(&mut self, m: Msg) {
         match m {
-            Msg::Submit(job) => {
-                self.waiting.push_back(job);
-                false
-            }
-            Msg::Shutdown => true,
+            Msg::Submit(job) => self.waiting.push_back(job),
+            Msg::Shutdown => self.stopping = true,
         }
     }
 
@@ -363,11 +368,7 @@ impl<B: Backend> Worker<B> {
         } else {
             self.model.forward_sample(&mut self.kv, &meta, &draws, &penalties)
         };
-        let secs = t0.elapsed().as_secs_f64();
-        if let Ok(mut st) = self.shared.stats.lock() {
-            st.steps_total += 1;
-            st.step_seconds_total += secs;
-        }
+        self.count_step(t0);
         let tokens = match result {
             Ok(t) => t,
             Err(e) => return self.fail_all(&e.to_string()),
@@ -393,6 +394,103 @@ impl<B: Backend> Worker<B> {
         done.sort_by_key(|d| std::cmp::Reverse(d.0));
         for (i, f) in done {
             self.finish(i, f);
+        }
+    }
+
+    fn count_step(&self, since: Instant) {
+        if let Ok(mut st) = self.shared.stats.lock() {
+            st.steps_total += 1;
+            st.step_seconds_total += since.elapsed().as_secs_f64();
+        }
+    }
+
+    /// Whether the next steps can run ahead of the host (`CausalLm::ahead_step`): one lane,
+    /// nobody waiting, the lane decoding (its prompt computed, one token to feed), greedy
+    /// without penalties, two or more tokens still to come, and a model that runs ahead.
+    fn ahead_ready(&self) -> bool {
+        let [l] = &self.lanes[..] else { return false };
+        let made = l.tokens.len() - l.prompt_len;
+        self.waiting.is_empty()
+            && made > 0
+            && l.computed + 1 == l.tokens.len()
+            && l.seen.is_none()
+            && crate::generate::device_greedy(&l.job.sampler)
+            && l.job.req.max_tokens >= made + 2
+            && self.model.decode_ahead()
+    }
+
+    /// Decodes the lone lane ahead of the host (`Generator::decode_ahead`'s loop): step j
+    /// feeds position c0 + j and yields the token of c0 + j + 1, and while the host reads one
+    /// step's token the next step is already queued behind it. The same tokens as `step`
+    /// (`CausalLm::ahead_step`'s contract; tests/serve_ahead.rs). It returns, its steps in
+    /// flight taken, when the lane finishes, is cancelled, or a request arrives (the lanes
+    /// then share `step`s again).
+    fn step_ahead(&mut self, rx: &Receiver<Msg>) {
+        let (c0, left, mut meta) = {
+            let l = &self.lanes[0];
+            let meta = BatchMeta {
+                block_size: self.cfg.block_size,
+                seqs: vec![SeqMeta { block_table: l.table.iter().map(|b| b.0).collect() }],
+                tokens: vec![l.tokens[l.computed]],
+                positions: vec![l.computed as u32],
+                row_seq: vec![0],
+                logit_rows: vec![0],
+            };
+            (l.computed, l.job.req.max_tokens - (l.tokens.len() - l.prompt_len), meta)
+        };
+        let (mut issued, mut taken) = (0usize, 0usize);
+        let mut finished = None;
+        let mut since = Instant::now();
+        let res = loop {
+            // The step whose token comes next and one beyond it, of steps 0 .. left.
+            let want = (taken + 1).min(left - 1);
+            let mut sent = Ok(());
+            while sent.is_ok() && issued <= want {
+                let first = (issued == 0).then(|| std::mem::take(&mut meta));
+                sent = self.model.ahead_step(&mut self.kv, first.as_ref());
+                issued += 1;
+            }
+            let tok = match sent.and_then(|()| self.model.ahead_token(c0 + taken + 1)) {
+                Ok(t) => t,
+                Err(e) => break Err(e),
+            };
+            self.count_step(since);
+            since = Instant::now();
+            taken += 1;
+            let lane = &mut self.lanes[0];
+            lane.computed += 1;
+            finished = accept(lane, tok);
+            if finished.is_some() {
+                break Ok(());
+            }
+            self.poll(rx);
+            let lane = &self.lanes[0];
+            if lane.job.cancel.is_cancelled() {
+                break Ok(());
+            }
+            if self.waiting.is_empty() {
+                continue;
+            }
+            // A request arrived: the step in flight is work done, so its token is taken.
+            if issued > taken {
+                match self.model.ahead_token(c0 + taken + 1) {
+                    Ok(t) => {
+                        self.count_step(since);
+                        let lane = &mut self.lanes[0];
+                        lane.computed += 1;
+                        finished = accept(lane, t);
+                    }
+                    Err(e) => break Err(e),
+                }
+            }
+            break Ok(());
+        };
+        let ended = self.model.ahead_end();
+        if let Err(e) = res.and(ended) {
+            return self.fail_all(&e.to_string());
+        }
+        if let Some(f) = finished {
+            self.finish(0, f);
         }
     }
 
