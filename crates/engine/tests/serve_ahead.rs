@@ -3,8 +3,10 @@
 //! with the device's part played by tests/ahead_sim: the same tokens and finish reasons for
 //! every `max_tokens` from 1 to 6 and 20, a stop token, a cancel mid-run (the lane and its
 //! blocks freed), and a request arriving mid-run (the run ends, the two lanes share steps,
-//! the lone lane runs ahead again; both replies equal alone). Sampled and penalized lanes
-//! never run ahead. A control wrapper that feeds the wrong token must be caught.
+//! the lone lane runs ahead again; both replies equal alone). With every lane taken, requests
+//! that wait do not end the run, a cancelled waiter is reaped during it, and every decode
+//! step runs ahead. Sampled and penalized lanes never run ahead. A control wrapper that
+//! feeds the wrong token must be caught.
 
 mod ahead_sim;
 mod check_common;
@@ -15,7 +17,7 @@ use std::time::Duration;
 use ahead_sim::{take, Issued, Simulated};
 use check_common::{model, tokens, OPTS};
 use serve_common::settled;
-use tf_engine::serve::{EngineConfig, EngineHandle, Event, Finish, GenerateRequest};
+use tf_engine::serve::{EngineConfig, EngineHandle, Event, Finish, GenerateRequest, Submission};
 use tf_engine::SamplingParams;
 
 const BLOCK: usize = 16;
@@ -40,10 +42,40 @@ fn plain() -> EngineHandle {
     EngineHandle::start(model().unwrap(), config(1)).unwrap()
 }
 
-/// The engine over the simulated device, and its log of ahead steps.
+/// The engine over the simulated device (two lanes), and its log of ahead steps.
 fn ahead(skew: bool, delay_ms: u64) -> (EngineHandle, Issued) {
+    ahead_lanes(2, skew, delay_ms)
+}
+
+fn ahead_lanes(parallel: usize, skew: bool, delay_ms: u64) -> (EngineHandle, Issued) {
     let (sim, issued) = Simulated::new(model().unwrap(), skew, Duration::from_millis(delay_ms));
-    (EngineHandle::start(Box::new(sim), config(2)).unwrap(), issued)
+    (EngineHandle::start(Box::new(sim), config(parallel)).unwrap(), issued)
+}
+
+/// Reads a submission's events until `n` tokens came.
+fn tokens_of(sub: &mut Submission, n: usize) -> Vec<u32> {
+    let mut toks = Vec::new();
+    while toks.len() < n {
+        match sub.events.blocking_recv().expect("engine hung up") {
+            Event::Started { .. } => {}
+            Event::Token { id } => toks.push(id),
+            e => panic!("unexpected {e:?}"),
+        }
+    }
+    toks
+}
+
+/// Reads a submission's remaining events: its tokens and finish.
+fn rest_of(sub: &mut Submission) -> (Vec<u32>, Finish) {
+    let mut toks = Vec::new();
+    loop {
+        match sub.events.blocking_recv().expect("engine hung up") {
+            Event::Started { .. } => {}
+            Event::Token { id } => toks.push(id),
+            Event::Finished { finish, .. } => return (toks, finish),
+            Event::Failed { message } => panic!("failed: {message}"),
+        }
+    }
 }
 
 fn request(len: usize, skip: usize, max_tokens: usize) -> GenerateRequest {
@@ -126,20 +158,10 @@ fn an_arrival_ends_the_run_and_a_cancel_frees_the_lane() {
     let (solo_a, solo_b) = (run(&reference, &a, None), run(&reference, &b, None));
     // A runs ahead alone; B arrives after A's 3rd token (A's 40 take >= 120 ms of delay).
     let mut sub_a = fast.submit(a.clone()).unwrap();
-    let mut got_a = Vec::new();
-    while got_a.len() < 3 {
-        if let Event::Token { id } = sub_a.events.blocking_recv().expect("engine hung up") {
-            got_a.push(id);
-        }
-    }
+    let mut got_a = tokens_of(&mut sub_a, 3);
     let got_b = run(&fast, &b, None);
-    let finish_a = loop {
-        match sub_a.events.blocking_recv().expect("engine hung up") {
-            Event::Token { id } => got_a.push(id),
-            Event::Finished { finish, .. } => break finish,
-            e => panic!("unexpected {e:?}"),
-        }
-    };
+    let (rest, finish_a) = rest_of(&mut sub_a);
+    got_a.extend(rest);
     assert_eq!(got_b, solo_b, "B beside A's run != B alone");
     assert_eq!((got_a, finish_a), solo_a, "A around B's arrival != A alone");
     // A's ahead steps: from its first decode position to its last, with a gap where it
@@ -159,4 +181,42 @@ fn an_arrival_ends_the_run_and_a_cancel_frees_the_lane() {
     assert_eq!(st.kv_blocks_free, st.kv_blocks_total, "blocks leaked: {st:?}");
     let _ = take(&issued);
     assert_eq!(run(&fast, &b, None), solo_b, "after a cancel");
+}
+
+#[test]
+fn with_every_lane_taken_a_waiting_request_does_not_end_the_run() {
+    let (reference, (fast, issued)) = (plain(), ahead_lanes(1, false, 3));
+    let (a, b, c) = (request(30, 0, 40), request(50, 60, 6), request(20, 120, 6));
+    let (solo_a, solo_b) = (run(&reference, &a, None), run(&reference, &b, None));
+    // One lane: B and C arrive during A's run and wait for it; C is cancelled while it waits.
+    let mut sub_a = fast.submit(a.clone()).unwrap();
+    let mut got_a = tokens_of(&mut sub_a, 3);
+    let mut sub_b = fast.submit(b.clone()).unwrap();
+    let mut sub_c = fast.submit(c).unwrap();
+    sub_c.cancel.cancel();
+    // The cancelled waiter is reaped (its channel closed, no event) while A still runs: the
+    // run ended for it.
+    assert!(sub_c.events.blocking_recv().is_none(), "C, cancelled while waiting, got an event");
+    let mut early = Vec::new();
+    while let Ok(e) = sub_a.events.try_recv() {
+        assert!(matches!(e, Event::Token { .. }), "A finished before C was reaped: {e:?}");
+        early.push(e);
+    }
+    let (rest, finish_a) = rest_of(&mut sub_a);
+    got_a.extend(early.into_iter().map(|e| match e {
+        Event::Token { id } => id,
+        _ => unreachable!(),
+    }));
+    got_a.extend(rest);
+    assert_eq!((got_a, finish_a), solo_a, "A with requests waiting != A alone");
+    assert_eq!(rest_of(&mut sub_b), solo_b, "B after waiting != B alone");
+    // Every decode step of A and of B ran ahead: waiting requests that cannot start did
+    // not end A's run, and C's reaping resumed it at once.
+    // (B may take A's freed blocks, so the steps are told apart by order.)
+    let (pa, pb) = (a.prompt.len(), b.prompt.len());
+    let want: Vec<usize> = (pa..pa + 39).chain(pb..pb + 5).collect();
+    let fed: Vec<usize> = take(&issued).into_iter().map(|s| s.1).collect();
+    assert_eq!(fed, want, "A's then B's ahead steps");
+    let st = settled(&fast);
+    assert_eq!(st.kv_blocks_free, st.kv_blocks_total, "blocks leaked: {st:?}");
 }

@@ -59,6 +59,13 @@ struct Job {
     cancel: CancelToken,
 }
 
+impl Job {
+    /// Cancelled, or its client left.
+    fn gone(&self) -> bool {
+        self.cancel.is_cancelled() || self.tx.is_closed()
+    }
+}
+
 enum Msg {
     Submit(Box<Job>),
     Shutdown,
@@ -271,13 +278,12 @@ impl<B: Backend> Worker<B> {
     }
 
     fn reap_cancelled(&mut self) {
-        let gone = |j: &Job| j.cancel.is_cancelled() || j.tx.is_closed();
         let before = self.waiting.len();
-        self.waiting.retain(|j| !gone(j));
+        self.waiting.retain(|j| !j.gone());
         self.shared.waiting.fetch_sub(before - self.waiting.len(), Ordering::Relaxed);
         let mut i = 0;
         while i < self.lanes.len() {
-            if gone(&self.lanes[i].job) {
+            if self.lanes[i].job.gone() {
                 self.finish(i, Finish::Cancelled);
             } else {
                 i += 1;
@@ -404,13 +410,23 @@ impl<B: Backend> Worker<B> {
         }
     }
 
+    /// Whether a lane could be admitted now or a waiting request needs the loop (cancelled,
+    /// or refused at shutdown): what ends a decode-ahead run.
+    fn queue_wants_turn(&self) -> bool {
+        !self.waiting.is_empty()
+            && (self.lanes.len() < self.cfg.parallel
+                || self.stopping
+                || self.waiting.iter().any(|j| j.gone()))
+    }
+
     /// Whether the next steps can run ahead of the host (`CausalLm::ahead_step`): one lane,
-    /// nobody waiting, the lane decoding (its prompt computed, one token to feed), greedy
-    /// without penalties, two or more tokens still to come, and a model that runs ahead.
+    /// no waiting request it would delay (`queue_wants_turn`), the lane decoding (its prompt
+    /// computed, one token to feed), greedy without penalties, two or more tokens still to
+    /// come, and a model that runs ahead.
     fn ahead_ready(&self) -> bool {
         let [l] = &self.lanes[..] else { return false };
         let made = l.tokens.len() - l.prompt_len;
-        self.waiting.is_empty()
+        !self.queue_wants_turn()
             && made > 0
             && l.computed + 1 == l.tokens.len()
             && l.seen.is_none()
@@ -422,9 +438,10 @@ impl<B: Backend> Worker<B> {
     /// Decodes the lone lane ahead of the host (`Generator::decode_ahead`'s loop): step j
     /// feeds position c0 + j and yields the token of c0 + j + 1, and while the host reads one
     /// step's token the next step is already queued behind it. The same tokens as `step`
-    /// (`CausalLm::ahead_step`'s contract; tests/serve_ahead.rs). It returns, its steps in
-    /// flight taken, when the lane finishes, is cancelled, or a request arrives (the lanes
-    /// then share `step`s again).
+    /// (`CausalLm::ahead_step`'s contract; tests/serve_ahead.rs). It returns when the lane
+    /// finishes or is cancelled (a step in flight is dropped), or when a waiting request
+    /// wants the loop (`queue_wants_turn`; the step in flight is taken first, and the lanes
+    /// then share `step`s).
     fn step_ahead(&mut self, rx: &Receiver<Msg>) {
         let (c0, left, mut meta) = {
             let l = &self.lanes[0];
@@ -468,10 +485,10 @@ impl<B: Backend> Worker<B> {
             if lane.job.cancel.is_cancelled() {
                 break Ok(());
             }
-            if self.waiting.is_empty() {
+            if !self.queue_wants_turn() {
                 continue;
             }
-            // A request arrived: the step in flight is work done, so its token is taken.
+            // A request can start: the step in flight is work done, so its token is taken.
             if issued > taken {
                 match self.model.ahead_token(c0 + taken + 1) {
                     Ok(t) => {
