@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tf_backend::penalty::Seen;
 use tf_backend::{Backend, BatchMeta, SeqMeta};
 
+use crate::ahead::AheadRun;
 use crate::error::{EngineError, Result};
 use crate::family::CausalLm;
 use crate::kv::{BlockAllocator, BlockId};
@@ -230,13 +231,13 @@ impl<B: Backend> Generator<B> {
         t0: u32,
         on_token: &mut dyn FnMut(u32, &[f32]) -> bool,
     ) -> Result<(Vec<u32>, FinishReason, Instant)> {
-        let p0 = req.prompt.len();
         let first_at = Instant::now();
         let mut output: Vec<u32> = Vec::new();
         let mut finish = FinishReason::Length;
-        // Step j feeds output[j] (position p0 + j) and yields output[j + 1]; steps
-        // 0 ..= max_tokens - 2 exist. `issued`: steps issued so far.
-        let (mut tok, mut issued) = (t0, 0usize);
+        // Step j feeds output[j] and yields output[j + 1]: max_tokens - 1 steps.
+        let first = step_meta(&[t0], req.prompt.len(), seq, true);
+        let mut run = AheadRun::new(first, req.max_tokens - 1);
+        let mut tok = t0;
         let res = loop {
             let go_on = on_token(tok, &[]);
             if req.stop_tokens.contains(&tok) {
@@ -248,19 +249,10 @@ impl<B: Backend> Generator<B> {
                 finish = FinishReason::Cancelled;
                 break Ok(());
             }
-            let n = output.len();
-            if n == req.max_tokens {
+            if output.len() == req.max_tokens {
                 break Ok(());
             }
-            // One step beyond the one whose token comes next, when it will be needed.
-            let want = n.min(req.max_tokens - 2);
-            let mut step = Ok(());
-            while step.is_ok() && issued <= want {
-                let first = (issued == 0).then(|| step_meta(&[t0], p0, seq, true));
-                step = self.model.ahead_step(&mut self.kv, first.as_ref());
-                issued += 1;
-            }
-            match step.and_then(|()| self.model.ahead_token(p0 + n)) {
+            match run.next(self.model.as_mut(), &mut self.kv) {
                 Ok(t) => tok = t,
                 Err(e) => break Err(e),
             }

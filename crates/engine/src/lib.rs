@@ -9,6 +9,7 @@
 //! - `generate`: prefill in chunks and decode, one sequence at a time for now; every step goes
 //!   through the same `forward(batch)` a multi-sequence scheduler will call.
 
+mod ahead;
 pub mod check;
 pub mod error;
 pub mod family;

@@ -25,7 +25,8 @@ use super::api::{
     Usage,
 };
 use super::cache::BlockManager;
-use super::scheduler::{schedule, LaneView};
+use super::scheduler::{schedule, LaneView, StepPlan};
+use crate::ahead::AheadRun;
 use crate::error::Result;
 use crate::family::CausalLm;
 use crate::kv::BlockId;
@@ -333,7 +334,8 @@ impl<B: Backend> Worker<B> {
         }
     }
 
-    fn step(&mut self) {
+    /// The next step's plan and its rows' metadata.
+    fn plan(&self) -> (StepPlan, BatchMeta) {
         let views: Vec<LaneView> = self
             .lanes
             .iter()
@@ -353,6 +355,11 @@ impl<B: Backend> Worker<B> {
                 meta.logit_rows.push(meta.tokens.len() as u32 - 1);
             }
         }
+        (plan, meta)
+    }
+
+    fn step(&mut self) {
+        let (plan, meta) = self.plan();
         // The backend chooses the tokens where the logits are (its argmax when every choosing
         // row is greedy without penalties, else `Backend::sample` under each row's draw and
         // penalties: the host sampler's tokens by construction); no logits come back.
@@ -435,80 +442,55 @@ impl<B: Backend> Worker<B> {
             && self.model.decode_ahead()
     }
 
-    /// Decodes the lone lane ahead of the host (`Generator::decode_ahead`'s loop): step j
-    /// feeds position c0 + j and yields the token of c0 + j + 1, and while the host reads one
-    /// step's token the next step is already queued behind it. The same tokens as `step`
+    /// Decodes the lone lane ahead of the host (an `AheadRun`, as `Generator::decode_ahead`):
+    /// while the host reads one step's token the next step is already queued behind it. The
+    /// same tokens as `step`
     /// (`CausalLm::ahead_step`'s contract; tests/serve_ahead.rs). It returns when the lane
     /// finishes or is cancelled (a step in flight is dropped), or when a waiting request
     /// wants the loop (`queue_wants_turn`; the step in flight is taken first, and the lanes
     /// then share `step`s).
     fn step_ahead(&mut self, rx: &Receiver<Msg>) {
-        let (c0, left, mut meta) = {
-            let l = &self.lanes[0];
-            let meta = BatchMeta {
-                block_size: self.cfg.block_size,
-                seqs: vec![SeqMeta { block_table: l.table.iter().map(|b| b.0).collect() }],
-                tokens: vec![l.tokens[l.computed]],
-                positions: vec![l.computed as u32],
-                row_seq: vec![0],
-                logit_rows: vec![0],
-            };
-            (l.computed, l.job.req.max_tokens - (l.tokens.len() - l.prompt_len), meta)
-        };
-        let (mut issued, mut taken) = (0usize, 0usize);
-        let mut finished = None;
+        let (_, first) = self.plan();
+        let lane = &self.lanes[0];
+        let left = lane.job.req.max_tokens - (lane.tokens.len() - lane.prompt_len);
+        let mut run = AheadRun::new(first, left);
+        let res = self.run_ahead(&mut run, rx);
+        let ended = self.model.ahead_end();
+        match res.and_then(|f| ended.map(|()| f)) {
+            Ok(Some(f)) => self.finish(0, f),
+            Ok(None) => {}
+            Err(e) => self.fail_all(&e.to_string()),
+        }
+    }
+
+    /// `step_ahead`'s loop: takes the run's tokens into the lane until it finishes (its
+    /// finish returned), is cancelled, or the queue wants a turn (then only the step in
+    /// flight is taken).
+    fn run_ahead(&mut self, run: &mut AheadRun, rx: &Receiver<Msg>) -> Result<Option<Finish>> {
+        let mut draining = false;
         let mut since = Instant::now();
-        let res = loop {
-            // The step whose token comes next and one beyond it, of steps 0 .. left.
-            let want = (taken + 1).min(left - 1);
-            let mut sent = Ok(());
-            while sent.is_ok() && issued <= want {
-                let first = (issued == 0).then(|| std::mem::take(&mut meta));
-                sent = self.model.ahead_step(&mut self.kv, first.as_ref());
-                issued += 1;
-            }
-            let tok = match sent.and_then(|()| self.model.ahead_token(c0 + taken + 1)) {
-                Ok(t) => t,
-                Err(e) => break Err(e),
-            };
+        while !draining || run.in_flight() {
+            let tok = run.next(self.model.as_mut(), &mut self.kv)?;
             self.count_step(since);
             since = Instant::now();
-            taken += 1;
             let lane = &mut self.lanes[0];
             lane.computed += 1;
-            finished = accept(lane, tok);
-            if finished.is_some() {
-                break Ok(());
+            if let Some(f) = accept(lane, tok) {
+                return Ok(Some(f));
             }
-            self.poll(rx);
-            let lane = &self.lanes[0];
-            if lane.job.cancel.is_cancelled() {
-                break Ok(());
-            }
-            if !self.queue_wants_turn() {
-                continue;
-            }
-            // A request can start: the step in flight is work done, so its token is taken.
-            if issued > taken {
-                match self.model.ahead_token(c0 + taken + 1) {
-                    Ok(t) => {
-                        self.count_step(since);
-                        let lane = &mut self.lanes[0];
-                        lane.computed += 1;
-                        finished = accept(lane, t);
-                    }
-                    Err(e) => break Err(e),
+            if !draining {
+                self.poll(rx);
+                if self.lanes[0].job.cancel.is_cancelled() {
+                    return Ok(None);
+                }
+                // A request can start: the step in flight is work done, so it is taken.
+                draining = self.queue_wants_turn();
+                if draining {
+                    run.stop_issuing();
                 }
             }
-            break Ok(());
-        };
-        let ended = self.model.ahead_end();
-        if let Err(e) = res.and(ended) {
-            return self.fail_all(&e.to_string());
         }
-        if let Some(f) = finished {
-            self.finish(0, f);
-        }
+        Ok(None)
     }
 
     fn finish(&mut self, i: usize, finish: Finish) {
