@@ -47,6 +47,17 @@
 #ifndef TF_SPLIT
 #define TF_SPLIT 128
 #endif
+// TF_ATTN_PART: which entry points a translation unit defines. cuda/compile.rs compiles this
+// family as several units (`UNITS` there), so a cold start compiles them on parallel threads
+// instead of one ~8 s unit: a head dim (64, 96, 128, 256) its general and decode entries, 1
+// attention_combine, 2 attention_ws_hd128, 3 attention_wg_hd128. Unset (as
+// tools/kernel_regs.py compiles the files): every entry. A part changes no entry's machine
+// code (nvdisasm, session 36: every entry's instructions equal the whole family's).
+#ifdef TF_ATTN_PART
+#define ATTN_PART(p) (TF_ATTN_PART == (p))
+#else
+#define ATTN_PART(p) 1
+#endif
 #define TK 64
 #define SPLIT TF_SPLIT
 #define WARPS 4

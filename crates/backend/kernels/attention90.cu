@@ -396,6 +396,7 @@ __device__ __forceinline__ void aw_each_tile(const Args& A, const AwCta& c, cons
 
 // The prefill entry (walk mode: every split, no partials), head_dim 128, sm_90a. grid:
 // (windows of RPC rows) x kv heads; block AW_THREADS; dynamic shared memory AW_SMEM.
+#if ATTN_PART(3)
 extern "C" __global__ void __launch_bounds__(AW_THREADS, 1) attention_wg_hd128(ATTN_PARAMS) {
     pdl_wait();
     pdl_launch();
@@ -409,3 +410,4 @@ extern "C" __global__ void __launch_bounds__(AW_THREADS, 1) attention_wg_hd128(A
                  [&](const Tile& tile) { attend_wg(a, tile, c.g, c.G, c.sbase, c.Os, c.tbl); });
 #endif
 }
+#endif

@@ -214,6 +214,7 @@ __device__ void aws_consume(const Args& A, const Tile& tile, u32 g, u32 G, u32 c
 
 // The prefill entry with a copy warpgroup (walk mode), head_dim 128, sm_90a: attention_wg_hd128's
 // grid and rows. block AWS_THREADS (384); dynamic shared memory AWS_SMEM.
+#if ATTN_PART(2)
 extern "C" __global__ void __launch_bounds__(384, 1) attention_ws_hd128(ATTN_PARAMS) {
     pdl_wait();
     pdl_launch();
@@ -255,3 +256,4 @@ extern "C" __global__ void __launch_bounds__(384, 1) attention_ws_hd128(ATTN_PAR
     });
 #endif
 }
+#endif

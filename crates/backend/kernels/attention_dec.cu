@@ -428,10 +428,18 @@ __device__ void attend_dec(const Args& A, const Tile& tile, u32 g, u32 z0, u32 i
         ATTN_ARGS(mode);                                                                     \
         attend<HD>(a);                                                                       \
     }
+#if ATTN_PART(64)
 ATTN_ENTRY(attention_hd64, 64)
+#endif
+#if ATTN_PART(96)
 ATTN_ENTRY(attention_hd96, 96)
+#endif
+#if ATTN_PART(128)
 ATTN_ENTRY(attention_hd128, 128)
+#endif
+#if ATTN_PART(256)
 ATTN_ENTRY(attention_hd256, 256)
+#endif
 
 // TF_ATTN_TRACE: the phase lengths in SM cycles (see TRACE_AT).
 __device__ __forceinline__ void trace_print(const long long* tr, u32 loff) {
@@ -500,13 +508,20 @@ __device__ __forceinline__ void trace_print(const long long* tr, u32 loff) {
         TRACE_AT(11);                                                                        \
         if (TF_ATTN_TRACE) trace_print(tr, loff);                                            \
     }
+#if ATTN_PART(64)
 DEC_ENTRY(attention_dec_hd64, 64)
+#endif
+#if ATTN_PART(96)
 DEC_ENTRY(attention_dec_hd96, 96)
+#endif
+#if ATTN_PART(128)
 DEC_ENTRY(attention_dec_hd128, 128)
+#endif
 
 // Merges the split partials of rows needing more than one split (decode mode), in split
 // order 0, 1, 2, ... with the kernel's sequential merge; out = bf16(O / L), -0 -> +0.
 // grid: (rows, heads); block: 128. `nsplit` is the partial buffer's split stride.
+#if ATTN_PART(1)
 extern "C" __global__ void __launch_bounds__(128) attention_combine(
     bf16* __restrict__ out, const float* __restrict__ partial, const u32* __restrict__ positions,
     u32 heads, u32 hd, u32 nsplit) {
@@ -530,3 +545,4 @@ extern "C" __global__ void __launch_bounds__(128) attention_combine(
         out[((u64)r * heads + h) * hd + d] = f2bf(finish(O, L));
     }
 }
+#endif

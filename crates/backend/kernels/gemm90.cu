@@ -43,6 +43,19 @@
 //
 // Everything in this file compiles to nothing below sm_90a (the host never picks it there).
 
+// TF_GEMM90_PART: which entry points a translation unit defines. cuda/compile.rs compiles
+// this family as two units (`UNITS` there), so a cold start compiles them on parallel threads
+// instead of one ~10 s unit: 1 linear_bf16_ws, linear_bf16_ws3 and gather_rows, 2
+// linear_bf16_wg and linear_bf16_wg_m192. Unset (as tools/kernel_regs.py compiles the files):
+// every entry. A part changes no entry's machine code (nvdisasm, session 36), but only with
+// ws and ws3 in one unit: linear_bf16_ws3 alone came out as other code (15,232 instructions
+// against 9,272).
+#ifdef TF_GEMM90_PART
+#define GEMM90_PART(p) (TF_GEMM90_PART == (p))
+#else
+#define GEMM90_PART(p) 1
+#endif
+
 #if WG_ENABLED
 
 // wgmma m64nNk16, bf16 x bf16 -> f32, A and B from shared memory (descriptors), D += A B^T.
@@ -228,7 +241,9 @@ __device__ __forceinline__ void wg_body(const bf16* __restrict__ w, const bf16* 
     }
 
 // Configurations (the host's shapes in cuda/wgmma.rs mirror them; one CTA an SM).
+#if GEMM90_PART(2)
 // 128 features x 128 tokens, 2 warpgroups, 5 stages (161 KiB).
 WG_ENTRY(linear_bf16_wg, 2, 128, 5)
 // 192 x 128, 3 warpgroups, 4 stages (161 KiB; 168 registers, the most 384 threads allow).
 WG_ENTRY(linear_bf16_wg_m192, 3, 128, 4)
+#endif

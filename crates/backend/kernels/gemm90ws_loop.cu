@@ -177,6 +177,7 @@ __device__ __forceinline__ void ws_body(const WsParts<NP>& P, const WsMap& xmap,
 // `xmap`: the input's (bf16 [rows][k], the same box and swizzle); `omap`: the output's (bf16
 // [rows][n], box 64 features x 128 tokens, the same swizzle), read only for bf16 outputs with
 // n % 8 == 0 at a 16-byte aligned address (the others' is all zeros).
+#if GEMM90_PART(1)
 extern "C" __global__ void __launch_bounds__(384, 1)
     linear_bf16_ws(const __grid_constant__ WsMap wmap, const __grid_constant__ WsMap xmap,
                    const __grid_constant__ WsMap omap, const float* __restrict__ bias, void* out,
@@ -190,6 +191,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     ws_body<1>(P, xmap, out_mode, k, rows);
 #endif
 }
+#endif
 
 // Three products of one input in one launch (q, k and v; gate and up with w2 = w1 and no
 // tiles of their own: n2 = 0), each product's elements as linear_bf16_ws computes them alone
@@ -197,6 +199,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 // products (k and v: 128 tiles at 2,048 rows, a wave of 132 SMs) fill the long one's last
 // wave. grid: min(all tiles, SMs); block 384; WS_SMEM; om0..om2 the parts' output maps
 // (bf16 outputs only).
+#if GEMM90_PART(1)
 extern "C" __global__ void __launch_bounds__(384, 1)
     linear_bf16_ws3(const __grid_constant__ WsMap w0, const __grid_constant__ WsMap w1,
                     const __grid_constant__ WsMap w2, const __grid_constant__ WsMap xmap,
@@ -218,11 +221,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     ws_body<3>(P, xmap, out_mode, k, rows);
 #endif
 }
+#endif
 
 // The rows a product reads, gathered into a contiguous [rows][k] buffer for the input's tensor
 // map when the call maps output rows to input rows (`row_idx`, logits) or the input is not
 // 16-byte aligned: dst row r = x row row_idx[r] (or r). grid: (ceil(k / 2048), rows), block
 // 256, 16 bytes a thread.
+#if GEMM90_PART(1)
 extern "C" __global__ void __launch_bounds__(256)
     gather_rows(const bf16* __restrict__ x, const u32* __restrict__ row_idx, bf16* __restrict__ dst,
                 u32 k) {
@@ -236,3 +241,4 @@ extern "C" __global__ void __launch_bounds__(256)
     }
     pdl_launch();
 }
+#endif

@@ -24,13 +24,16 @@ use tf_backend::{ActDType, Backend};
 use tf_checkpoint::{DType, TensorFormat, TensorView};
 
 /// gemm90.cu's helpers, then the probe kernels.
-const PROBE: compile::Family = compile::Family {
+const PROBE: compile::Unit = compile::Unit {
     name: "wgmma_probe",
+    family: "wgmma_probe",
     source: concat!(
         include_str!("../kernels/gemm90.cu"),
         "\n",
         include_str!("cuda_wgmma_probe.cu")
     ),
+    part: "",
+    entries: &[],
 };
 
 /// Reduction length of the probe: 64 tiles of 64 k, 256 chained k16 steps.

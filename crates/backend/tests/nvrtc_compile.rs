@@ -56,7 +56,30 @@ fn exit_waits_for_background_compiles() {
         let files = std::fs::read_dir(&cache).map_or(0, |d| d.count());
         let _ = std::fs::remove_dir_all(&cache);
         assert!(status.success(), "{arch}: the child exited with {status}");
-        assert_eq!(files, compile::FAMILIES.len(), "{arch}: every family compiled before exit");
+        assert_eq!(files, compile::UNITS.len(), "{arch}: every unit compiled before exit");
+    }
+}
+
+/// Whether the CUBIN (an ELF file) names symbol `name`: its string table holds `\0name\0`
+/// (section names carry a prefix, `.text.name`, so they do not match).
+fn has_symbol(cubin: &[u8], name: &str) -> bool {
+    let pat = [&[0u8][..], name.as_bytes(), &[0u8][..]].concat();
+    cubin.windows(pat.len()).any(|w| w == pat)
+}
+
+/// A unit that is part of a family defines the entry points its list names and none that
+/// its sibling units list (the `-D` part and the list in `compile::UNITS` agree).
+fn defines_its_entries(unit: &compile::Unit, cubin: &[u8]) {
+    if unit.part.is_empty() {
+        return;
+    }
+    for name in unit.entries {
+        assert!(has_symbol(cubin, name), "{}: no entry point {name}", unit.name);
+    }
+    for other in compile::UNITS.iter().filter(|u| u.family == unit.family && u.name != unit.name) {
+        for name in other.entries {
+            assert!(!has_symbol(cubin, name), "{} also defines {}'s {name}", unit.name, other.name);
+        }
     }
 }
 
@@ -68,10 +91,10 @@ fn every_kernel_family_compiles_for_sm80_sm89_sm90a() {
     let mut failures = Vec::new();
     let mut n = 0;
     for arch in ["sm_80", "sm_89"] {
-        for fam in compile::FAMILIES {
-            match compile::compile(fam, arch) {
+        for unit in compile::UNITS {
+            match compile::compile(unit, arch) {
                 Ok(cubin) => {
-                    assert!(cubin.len() > 64, "{} for {arch}: empty CUBIN", fam.name);
+                    assert!(cubin.len() > 64, "{} for {arch}: empty CUBIN", unit.name);
                     n += 1;
                 }
                 Err(log) => failures.push(log),
@@ -83,17 +106,24 @@ fn every_kernel_family_compiles_for_sm80_sm89_sm90a() {
     let cache = std::env::temp_dir().join(format!("tf-nvrtc-cache-{}", std::process::id()));
     let parallel = compile::Cubins::new("sm_90a", Some(cache.clone()), true);
     let cached = compile::Cubins::new("sm_90a", Some(cache.clone()), false);
-    for (i, fam) in compile::FAMILIES.iter().enumerate() {
+    for (i, unit) in compile::UNITS.iter().enumerate() {
         match parallel.get(i) {
             Ok(cubin) => {
-                assert!(cubin.len() > 64, "{} for sm_90a: empty CUBIN", fam.name);
+                assert!(cubin.len() > 64, "{} for sm_90a: empty CUBIN", unit.name);
                 let again = cached.get(i).expect("the cached CUBIN");
-                assert!(again == cubin, "{}: the kernel cache gave other bytes", fam.name);
+                assert!(again == cubin, "{}: the kernel cache gave other bytes", unit.name);
+                defines_its_entries(unit, &cubin);
                 n += 1;
             }
             Err(log) => failures.push(log),
         }
     }
+    // Planted: a part listing an entry point its CUBIN lacks must fail the check.
+    let hd64 = compile::UNITS.iter().position(|u| u.name == "attention_hd64").expect("unit");
+    let planted = compile::Unit { entries: &["attention_hd128"], ..compile::UNITS[hd64] };
+    let cubin = parallel.get(hd64).expect("attention_hd64's CUBIN");
+    let caught = std::panic::catch_unwind(|| defines_its_entries(&planted, &cubin));
+    assert!(caught.is_err(), "the planted entry list was not caught");
     let files = std::fs::read_dir(&cache).map_or(0, |d| d.count());
     // Backends of one process share one set a (arch, cache) (its threads read this cache).
     let (a, b) = (
@@ -101,7 +131,7 @@ fn every_kernel_family_compiles_for_sm80_sm89_sm90a() {
         compile::Cubins::shared("sm_90a", Some(cache.clone())),
     );
     assert!(a.shares_with(&b) && !a.shares_with(&parallel), "one shared set a key");
-    for i in 0..compile::FAMILIES.len() {
+    for i in 0..compile::UNITS.len() {
         assert!(a.get(i).expect("shared CUBIN") == parallel.get(i).expect("CUBIN"));
     }
     // Every background thread ends (the exit handler waits for the same count).
@@ -109,8 +139,8 @@ fn every_kernel_family_compiles_for_sm80_sm89_sm90a() {
     assert!(ended, "background compiles still running after 600 s");
     let _ = std::fs::remove_dir_all(&cache);
     assert!(failures.is_empty(), "kernels failed to compile:\n{}", failures.join("\n\n"));
-    assert_eq!(files, compile::FAMILIES.len(), "one cached CUBIN a family");
-    println!("{n} family x arch compilations ok");
+    assert_eq!(files, compile::UNITS.len(), "one cached CUBIN a unit");
+    println!("{n} unit x arch compilations ok");
     // The measurement knobs' variants (TENSORFOLD_KERNEL_DEFINES on the GPU machine) compile
     // too, each knob set away from its default.
     // TF_SPLIT's other values take other decode code (V in K's buffers at 4 tiles a split), and
@@ -123,8 +153,8 @@ fn every_kernel_family_compiles_for_sm80_sm89_sm90a() {
         "TF_DEC_SPREAD=0 TF_ROPE_TRIGGER=0 TF_AWS_NOINC=0 TF_WS_ACC2=0 TF_WS_STAGGER=0",
     ];
     for knobs in sets {
-        for fam in compile::FAMILIES {
-            if let Err(log) = compile::compile_with(fam, "sm_90a", knobs) {
+        for unit in compile::UNITS {
+            if let Err(log) = compile::compile_with(unit, "sm_90a", knobs) {
                 failures.push(log);
             }
         }

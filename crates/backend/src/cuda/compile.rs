@@ -1,14 +1,18 @@
 //! Kernel sources and their compilation by NVRTC, cached on disk.
 //!
-//! Each op family is one CUDA C++ file under `crates/backend/kernels/`, embedded in the
-//! binary; `common.cuh` (bf16 bit helpers, fixed-order warp reductions) is prepended to each,
-//! so no source needs an include path at run time. A family compiles to a CUBIN for one real
-//! architecture (`sm_90a` on Hopper), cached as `<cache>/<family>-<arch>-<hash>.cubin` where
-//! the hash covers the source, the architecture, the options and NVRTC's version: a changed
-//! kernel or compiler never loads a stale image. A cache that cannot be written is skipped.
+//! Each op family is CUDA C++ under `crates/backend/kernels/` (one file, or a few read as one),
+//! embedded in the binary; `common.cuh` (bf16 bit helpers, fixed-order warp reductions) is
+//! prepended to each, so no source needs an include path at run time. A family compiles as one
+//! translation unit or, where it is large, as several (`Unit`: each defines some of the
+//! family's entry points), each to a CUBIN for one real architecture (`sm_90a` on Hopper),
+//! cached as `<cache>/<unit>-<arch>-<hash>.cubin` where the hash covers the source, the
+//! architecture, the options and NVRTC's version: a changed kernel or compiler never loads a
+//! stale image. A cache that cannot be written is skipped.
 //!
 //! Rejected: PTX JIT by the driver at load (slower start, and resource use would not be known
-//! until load); one source file for every op (one family per file keeps NVRTC errors local).
+//! until load); one source file for every op (one family per file keeps NVRTC errors local);
+//! NVRTC's `--split-compile` for the large units (2 threads: gemm90 10.2 -> 7.5 s, but other
+//! machine code: the cubin grew 3.20 -> 3.47 MB, so other kernels than the measured ones).
 
 use std::ffi::{c_char, CString};
 use std::path::{Path, PathBuf};
@@ -20,74 +24,124 @@ use cudarc::nvrtc::{result as nvrtc, sys};
 /// The prelude every family is compiled with.
 pub const COMMON: &str = include_str!("../../kernels/common.cuh");
 
-/// One op family: its name (the stem of its file, or of its first file) and source.
+/// One translation unit NVRTC compiles: the whole of an op family's source, or a part of it
+/// (some of its entry points, chosen by `part`'s `-D` definition, which the family's files
+/// read). Units, not families, are what a cold start compiles in parallel: the attention and
+/// gemm90 families are one ~8 s and one ~10 s compile whole (sm_90a, NVRTC 13.0, on one core of
+/// the 2-core CPU machine) and at most ~4 s a part, and a part changes no entry's code (the
+/// same SASS, `tools/kernel_regs.py`'s comparison in session 36).
 #[derive(Clone, Copy, Debug)]
-pub struct Family {
+pub struct Unit {
+    /// The unit's name: its cache file's stem, its thread's and its NVRTC program's name.
     pub name: &'static str,
+    /// The op family (kernel source) it belongs to: `KernelInfo::family`, the contract's key.
+    pub family: &'static str,
     pub source: &'static str,
+    /// The `-D` definition choosing the unit's entry points ("" for the whole family).
+    pub part: &'static str,
+    /// The entry points that definition selects (empty for the whole family).
+    pub entries: &'static [&'static str],
 }
 
-/// Every kernel family, in the order the backend loads them.
-pub const FAMILIES: &[Family] = &[
-    Family { name: "embed", source: include_str!("../../kernels/embed.cu") },
-    Family { name: "norm", source: include_str!("../../kernels/norm.cu") },
-    Family { name: "rope", source: include_str!("../../kernels/rope.cu") },
-    Family { name: "elementwise", source: include_str!("../../kernels/elementwise.cu") },
-    Family { name: "kv", source: include_str!("../../kernels/kv.cu") },
-    // One unit from four files (the general CTA; the decode CTA and the entry points; the
-    // wgmma prefill CTA and its copy-warpgroup form, sm_90a).
-    Family {
-        name: "attention",
-        source: concat!(
-            include_str!("../../kernels/attention.cu"),
-            include_str!("../../kernels/attention_dec.cu"),
-            include_str!("../../kernels/attention90.cu"),
-            include_str!("../../kernels/attention90ws.cu")
-        ),
-    },
+const fn whole(name: &'static str, source: &'static str) -> Unit {
+    Unit { name, family: name, source, part: "", entries: &[] }
+}
+
+/// The attention family (one source from four files: the general CTA; the decode CTA and the
+/// entry points; the wgmma prefill CTA and its copy-warpgroup form, sm_90a).
+const ATTENTION: &str = concat!(
+    include_str!("../../kernels/attention.cu"),
+    include_str!("../../kernels/attention_dec.cu"),
+    include_str!("../../kernels/attention90.cu"),
+    include_str!("../../kernels/attention90ws.cu")
+);
+/// The gemm90 family (one source from three files: the cp.async wgmma kernel and its helpers;
+/// the copy-warp kernel fed by tensor copies: its copies and epilogue, then its k loops, entry
+/// points and row gather).
+const GEMM90: &str = concat!(
+    include_str!("../../kernels/gemm90.cu"),
+    include_str!("../../kernels/gemm90ws.cu"),
+    include_str!("../../kernels/gemm90ws_loop.cu")
+);
+
+const fn attention(
+    name: &'static str,
+    part: &'static str,
+    entries: &'static [&'static str],
+) -> Unit {
+    Unit { name, family: "attention", source: ATTENTION, part, entries }
+}
+const fn gemm90(name: &'static str, part: &'static str, entries: &'static [&'static str]) -> Unit {
+    Unit { name, family: "gemm90", source: GEMM90, part, entries }
+}
+
+/// Every compile unit, in the order a cold start's threads begin them (the long ones first).
+pub const UNITS: &[Unit] = &[
+    gemm90("gemm90_ws", "TF_GEMM90_PART=1", &["linear_bf16_ws", "linear_bf16_ws3", "gather_rows"]),
+    gemm90("gemm90_wg", "TF_GEMM90_PART=2", &["linear_bf16_wg", "linear_bf16_wg_m192"]),
+    attention("attention_hd128", "TF_ATTN_PART=128", &["attention_hd128", "attention_dec_hd128"]),
+    attention("attention_ws", "TF_ATTN_PART=2", &["attention_ws_hd128"]),
+    attention("attention_wg", "TF_ATTN_PART=3", &["attention_wg_hd128"]),
+    attention("attention_hd64", "TF_ATTN_PART=64", &["attention_hd64", "attention_dec_hd64"]),
+    attention("attention_hd96", "TF_ATTN_PART=96", &["attention_hd96", "attention_dec_hd96"]),
+    attention("attention_hd256", "TF_ATTN_PART=256", &["attention_hd256"]),
+    attention("attention_combine", "TF_ATTN_PART=1", &["attention_combine"]),
     // One unit from four files (the products; the grouped decode products; the fused norm
     // prologue's entries; q/k/v with the rope and KV-write epilogue).
-    Family {
-        name: "linear",
-        source: concat!(
+    whole(
+        "linear",
+        concat!(
             include_str!("../../kernels/linear.cu"),
             include_str!("../../kernels/linear_group.cu"),
             include_str!("../../kernels/linear_norm.cu"),
             include_str!("../../kernels/linear_rope.cu")
         ),
-    },
-    Family { name: "gemm", source: include_str!("../../kernels/gemm.cu") },
-    // One unit from three files (the cp.async wgmma kernel and its helpers; the copy-warp
-    // kernel fed by tensor copies: its copies and epilogue, then its k loops, entry points and
-    // row gather).
-    Family {
-        name: "gemm90",
-        source: concat!(
-            include_str!("../../kernels/gemm90.cu"),
-            include_str!("../../kernels/gemm90ws.cu"),
-            include_str!("../../kernels/gemm90ws_loop.cu")
-        ),
-    },
-    Family { name: "sample", source: include_str!("../../kernels/sample.cu") },
+    ),
+    whole("gemm", include_str!("../../kernels/gemm.cu")),
+    whole("sample", include_str!("../../kernels/sample.cu")),
+    whole("norm", include_str!("../../kernels/norm.cu")),
+    whole("rope", include_str!("../../kernels/rope.cu")),
+    whole("elementwise", include_str!("../../kernels/elementwise.cu")),
+    whole("kv", include_str!("../../kernels/kv.cu")),
+    whole("embed", include_str!("../../kernels/embed.cu")),
 ];
 
-impl Family {
-    /// The full translation unit: the prelude, then the family's file.
-    pub fn unit(&self) -> String {
-        format!("{COMMON}\n#line 1 \"{}.cu\"\n{}", self.name, self.source)
+/// The index in `UNITS` of the unit that defines entry point `entry` of `family`.
+pub fn unit_of(family: &str, entry: &str) -> Option<usize> {
+    UNITS
+        .iter()
+        .position(|u| u.family == family && (u.entries.is_empty() || u.entries.contains(&entry)))
+}
+
+impl Unit {
+    /// The translation unit's text: the prelude, then the family's files.
+    pub fn text(&self) -> String {
+        format!("{COMMON}\n#line 1 \"{}.cu\"\n{}", self.family, self.source)
+    }
+
+    /// The unit in messages: `attention.cu [attention_hd128]`, or `norm.cu` for a whole family.
+    pub fn label(&self) -> String {
+        if self.part.is_empty() {
+            format!("{}.cu", self.family)
+        } else {
+            format!("{}.cu [{}]", self.family, self.name)
+        }
     }
 }
 
-/// NVRTC options for `arch` (e.g. `sm_90a`) and a family's translation `unit`, plus those of
-/// the `-D` definitions listed in `TENSORFOLD_KERNEL_DEFINES` (space-separated `NAME=VALUE`,
-/// e.g. `TF_D8_U=6 TF_PREWAIT=0`) whose NAME the unit mentions: the kernels' tuning knobs
+/// NVRTC options for `arch` (e.g. `sm_90a`) and `unit` (whose text is `text`): its part's
+/// definition, plus those of the `-D` definitions listed in `TENSORFOLD_KERNEL_DEFINES`
+/// (space-separated `NAME=VALUE`, e.g. `TF_D8_U=6 TF_PREWAIT=0`) whose NAME the text mentions: the kernels' tuning knobs
 /// (`#ifndef` defaults in the sources), for A/B runs of one binary. They are part of the
 /// options, so of the cache key. No knob changes a kernel's arithmetic.
-pub fn options(arch: &str, unit: &str) -> Vec<String> {
+pub fn options(arch: &str, unit: &Unit, text: &str) -> Vec<String> {
     let mut o =
         vec![format!("--gpu-architecture={arch}"), "--std=c++17".into(), "-lineinfo".into()];
+    if !unit.part.is_empty() {
+        o.push(format!("-D{}", unit.part));
+    }
     if let Ok(defs) = std::env::var("TENSORFOLD_KERNEL_DEFINES") {
-        o.extend(defines_for(&defs, unit));
+        o.extend(defines_for(&defs, text));
     }
     o
 }
@@ -141,46 +195,46 @@ pub fn nvrtc_version() -> Result<(i32, i32), String> {
     Ok((maj, min))
 }
 
-/// Compiles `family` for `arch` to a CUBIN. `Err` holds NVRTC's log.
+/// Compiles `unit` for `arch` to a CUBIN. `Err` holds NVRTC's log.
 /// NVRTC must have been opened (`loader::nvrtc`).
-pub fn compile(family: &Family, arch: &str) -> Result<Vec<u8>, String> {
-    compile_with(family, arch, "")
+pub fn compile(unit: &Unit, arch: &str) -> Result<Vec<u8>, String> {
+    compile_with(unit, arch, "")
 }
 
 /// [`compile`] with knobs `defs` (as `TENSORFOLD_KERNEL_DEFINES` gives them) on top of the
 /// environment's: lets a test compile the knobs' variants.
 /// NVRTC runs on a thread of its own with `NVRTC_STACK` bytes of stack: its front end recurses
 /// deeply on the larger units (the attention family overflowed a 2 MiB thread stack).
-pub fn compile_with(family: &Family, arch: &str, defs: &str) -> Result<Vec<u8>, String> {
+pub fn compile_with(unit: &Unit, arch: &str, defs: &str) -> Result<Vec<u8>, String> {
     std::thread::scope(|s| {
         std::thread::Builder::new()
-            .name(format!("nvrtc-{}", family.name))
+            .name(format!("nvrtc-{}", unit.name))
             .stack_size(NVRTC_STACK)
-            .spawn_scoped(s, || compile_here(family, arch, defs))
-            .map_err(|e| format!("{}.cu: no thread for NVRTC: {e}", family.name))?
+            .spawn_scoped(s, || compile_here(unit, arch, defs))
+            .map_err(|e| format!("{}: no thread for NVRTC: {e}", unit.label()))?
             .join()
-            .map_err(|_| format!("{}.cu: the NVRTC thread panicked", family.name))?
+            .map_err(|_| format!("{}: the NVRTC thread panicked", unit.label()))?
     })
 }
 
 /// The stack of an NVRTC compile thread (reserved, not committed, until used).
 const NVRTC_STACK: usize = 256 << 20;
 
-fn compile_here(family: &Family, arch: &str, defs: &str) -> Result<Vec<u8>, String> {
-    let unit = family.unit();
-    let mut opts = options(arch, &unit);
-    opts.extend(defines_for(defs, &unit));
-    let src =
-        CString::new(unit.as_str()).map_err(|_| format!("{}.cu holds a NUL byte", family.name))?;
-    let name = CString::new(format!("{}.cu", family.name)).map_err(|e| e.to_string())?;
+fn compile_here(unit: &Unit, arch: &str, defs: &str) -> Result<Vec<u8>, String> {
+    let label = unit.label();
+    let text = unit.text();
+    let mut opts = options(arch, unit, &text);
+    opts.extend(defines_for(defs, &text));
+    let src = CString::new(text.as_str()).map_err(|_| format!("{label} holds a NUL byte"))?;
+    let name = CString::new(format!("{}.cu", unit.name)).map_err(|e| e.to_string())?;
     let prog = nvrtc::create_program(&src, Some(&name))
-        .map_err(|e| format!("{}.cu: nvrtcCreateProgram: {e}", family.name))?;
+        .map_err(|e| format!("{label}: nvrtcCreateProgram: {e}"))?;
     // SAFETY: `prog` was just created from `src`/`name`, which outlive it; it is destroyed
     // once below and not used after.
     unsafe {
         let out = match nvrtc::compile_program(prog, &opts) {
-            Ok(()) => cubin(prog).map_err(|e| format!("{}.cu: nvrtcGetCUBIN: {e}", family.name)),
-            Err(e) => Err(format!("{}.cu for {arch}: {e}\n{}", family.name, log(prog))),
+            Ok(()) => cubin(prog).map_err(|e| format!("{label}: nvrtcGetCUBIN: {e}")),
+            Err(e) => Err(format!("{label} for {arch}: {e}\n{}", log(prog))),
         };
         let _ = nvrtc::destroy_program(prog);
         out
@@ -224,25 +278,25 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
     h
 }
 
-/// The cache file of `family` compiled for `arch` by NVRTC `version`.
-pub fn cache_path(dir: &Path, family: &Family, arch: &str, version: (i32, i32)) -> PathBuf {
-    let unit = family.unit();
-    let opts = options(arch, &unit).join(" ");
+/// The cache file of `unit` compiled for `arch` by NVRTC `version`.
+pub fn cache_path(dir: &Path, unit: &Unit, arch: &str, version: (i32, i32)) -> PathBuf {
+    let text = unit.text();
+    let opts = options(arch, unit, &text).join(" ");
     let ver = format!("{}.{}", version.0, version.1);
-    let h = fnv1a(&[unit.as_bytes(), arch.as_bytes(), opts.as_bytes(), ver.as_bytes()]);
-    dir.join(format!("{}-{arch}-{h:016x}.cubin", family.name))
+    let h = fnv1a(&[text.as_bytes(), arch.as_bytes(), opts.as_bytes(), ver.as_bytes()]);
+    dir.join(format!("{}-{arch}-{h:016x}.cubin", unit.name))
 }
 
-/// The CUBIN of `family` for `arch`, from the cache when present, else compiled (and cached).
-pub fn cubin_cached(dir: Option<&Path>, family: &Family, arch: &str) -> Result<Vec<u8>, String> {
+/// The CUBIN of `unit` for `arch`, from the cache when present, else compiled (and cached).
+pub fn cubin_cached(dir: Option<&Path>, unit: &Unit, arch: &str) -> Result<Vec<u8>, String> {
     let version = nvrtc_version()?;
-    let path = dir.map(|d| cache_path(d, family, arch, version));
+    let path = dir.map(|d| cache_path(d, unit, arch, version));
     if let Some(bytes) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
         if !bytes.is_empty() {
             return Ok(bytes);
         }
     }
-    let bytes = compile(family, arch)?;
+    let bytes = compile(unit, arch)?;
     if let Some(p) = path {
         // Write to a temporary name, then rename: a concurrent reader never sees half a file.
         let tmp = p.with_extension(format!("tmp{}", std::process::id()));
@@ -257,10 +311,10 @@ pub fn cubin_cached(dir: Option<&Path>, family: &Family, arch: &str) -> Result<V
     Ok(bytes)
 }
 
-/// Every family's CUBIN for one architecture, each produced once by whichever asks first: a
-/// launch, or (with `background`) one detached thread a family started at creation, so a cold
-/// start compiles the families in parallel instead of one at a time at first use. A caller
-/// asking for a family a thread is compiling waits for that result. NVRTC compiles distinct
+/// Every unit's CUBIN for one architecture, each produced once by whichever asks first: a
+/// launch, or (with `background`) one detached thread a unit started at creation, so a cold
+/// start compiles the units in parallel instead of one at a time at first use. A caller
+/// asking for a unit a thread is compiling waits for that result. NVRTC compiles distinct
 /// programs concurrently; the process may exit before the threads finish.
 #[derive(Clone)]
 pub struct Cubins {
@@ -269,27 +323,27 @@ pub struct Cubins {
     slots: Arc<Vec<Slot>>,
 }
 
-/// One family's CUBIN or its compile log, once produced.
+/// One unit's CUBIN or its compile log, once produced.
 type Slot = OnceLock<Result<Vec<u8>, String>>;
 
 impl Cubins {
     pub fn new(arch: &str, cache: Option<PathBuf>, background: bool) -> Cubins {
-        let slots = Arc::new(FAMILIES.iter().map(|_| OnceLock::new()).collect());
+        let slots = Arc::new(UNITS.iter().map(|_| OnceLock::new()).collect());
         let set = Cubins { arch: arch.to_string(), cache, slots };
         if background {
             warm_nvrtc(arch);
             wait_background_at_exit();
-            for (i, fam) in FAMILIES.iter().enumerate() {
+            for (i, unit) in UNITS.iter().enumerate() {
                 let set = set.clone();
                 background_started();
                 let spawned = std::thread::Builder::new()
-                    .name(format!("nvrtc-{}", fam.name))
+                    .name(format!("nvrtc-{}", unit.name))
                     .spawn(move || {
                         let _done = BackgroundDone;
                         drop(set.get(i));
                     });
                 if spawned.is_err() {
-                    // Without a thread this family compiles at first use.
+                    // Without a thread this unit compiles at first use.
                     drop(BackgroundDone);
                 }
             }
@@ -300,7 +354,7 @@ impl Cubins {
     /// The process's set for `(arch, cache)`, started (with background threads unless
     /// `TENSORFOLD_PRECOMPILE=0`) by the first backend that asks: a second backend of the same
     /// GPU kind (serve opens one for the memory plan, then the engine's) shares its results
-    /// and threads instead of compiling every family again.
+    /// and threads instead of compiling every unit again.
     pub fn shared(arch: &str, cache: Option<PathBuf>) -> Cubins {
         static SETS: Mutex<Vec<Cubins>> = Mutex::new(Vec::new());
         let mut sets = SETS.lock().unwrap_or_else(|e| e.into_inner());
@@ -313,15 +367,15 @@ impl Cubins {
         set
     }
 
-    /// Whether `other` is this same set (one compile a family between them).
+    /// Whether `other` is this same set (one compile a unit between them).
     pub fn shares_with(&self, other: &Cubins) -> bool {
         Arc::ptr_eq(&self.slots, &other.slots)
     }
 
-    /// The CUBIN of `FAMILIES[i]` (from the disk cache when present, else compiled).
+    /// The CUBIN of `UNITS[i]` (from the disk cache when present, else compiled).
     pub fn get(&self, i: usize) -> Result<Vec<u8>, String> {
-        let fam = &FAMILIES[i];
-        self.slots[i].get_or_init(|| cubin_cached(self.cache.as_deref(), fam, &self.arch)).clone()
+        let unit = &UNITS[i];
+        self.slots[i].get_or_init(|| cubin_cached(self.cache.as_deref(), unit, &self.arch)).clone()
     }
 }
 

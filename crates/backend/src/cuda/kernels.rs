@@ -1,11 +1,12 @@
 //! The kernel registry: every entry point, its family (source file) and launch shape; each
-//! family's module loaded on first use (its CUBIN compiled ahead, below), and the contract's
-//! view of them (`Backend::kernels`: compile result, registers, shared memory, limits).
+//! compile unit's module (`compile::Unit`: a family, or the part of one that defines the
+//! entry) loaded on first use (its CUBIN compiled ahead, below), and the contract's view of
+//! them (`Backend::kernels`: compile result, registers, shared memory, limits).
 //!
-//! Every family's CUBIN is compiled (or read from the disk cache) by background threads from
-//! the moment the registry exists, one thread a family (`compile::Cubins`), so a cold start
-//! compiles in parallel while the weights upload instead of one family at a time at first
-//! use. A launch that needs a family before its thread is done waits for that thread's
+//! Every unit's CUBIN is compiled (or read from the disk cache) by background threads from
+//! the moment the registry exists, one thread a unit (`compile::Cubins`), so a cold start
+//! compiles in parallel while the weights upload instead of one unit at a time at first
+//! use. A launch that needs a unit before its thread is done waits for that thread's
 //! result, never compiles it twice; backends of one process share the set
 //! (`Cubins::shared`). `TENSORFOLD_PRECOMPILE=0` compiles at first use only. A process does
 //! not exit while one of these compiles runs (an exit handler waits, `compile::IN_FLIGHT`):
@@ -30,7 +31,7 @@ use super::attention::{
     attention_dec_smem, attention_smem, attention_wg_smem, attention_ws_smem, MAX_SPLIT, WG_ENTRY,
     WG_THREADS, WS_ENTRY, WS_THREADS,
 };
-use super::compile::{self, Family, FAMILIES};
+use super::compile::{self, Unit, UNITS};
 use super::wgmma;
 use crate::error::{BackendError, Result};
 use crate::KernelInfo;
@@ -280,31 +281,30 @@ impl Registry {
             ctx,
             arch,
             cubins,
-            modules: FAMILIES.iter().map(|_| OnceLock::new()).collect(),
+            modules: UNITS.iter().map(|_| OnceLock::new()).collect(),
             functions: ENTRIES.iter().map(|_| OnceLock::new()).collect(),
         }
     }
 
-    fn module(&self, family: &str) -> std::result::Result<Arc<CudaModule>, String> {
-        let i = FAMILIES
-            .iter()
-            .position(|f| f.name == family)
-            .ok_or_else(|| format!("no kernel family `{family}`"))?;
-        self.modules[i].get_or_init(|| self.load(i, &FAMILIES[i])).clone()
+    /// The module of the compile unit that defines `en`.
+    fn module(&self, en: &Entry) -> std::result::Result<Arc<CudaModule>, String> {
+        let i = compile::unit_of(en.family, en.name)
+            .ok_or_else(|| format!("no compile unit of kernel family `{}`", en.family))?;
+        self.modules[i].get_or_init(|| self.load(i, &UNITS[i])).clone()
     }
 
-    fn load(&self, i: usize, fam: &Family) -> std::result::Result<Arc<CudaModule>, String> {
+    fn load(&self, i: usize, unit: &Unit) -> std::result::Result<Arc<CudaModule>, String> {
         let cubin = self.cubins.get(i)?;
         self.ctx
             .load_module(Ptx::from_binary(cubin))
-            .map_err(|e| format!("{}.cu: loading the {} CUBIN: {e}", fam.name, self.arch))
+            .map_err(|e| format!("{}: loading the {} CUBIN: {e}", unit.label(), self.arch))
     }
 
     fn function_at(&self, i: usize) -> std::result::Result<CudaFunction, String> {
         let en = &ENTRIES[i];
         self.functions[i]
             .get_or_init(|| {
-                let m = self.module(en.family)?;
+                let m = self.module(en)?;
                 let f = m
                     .load_function(en.name)
                     .map_err(|e| format!("{}.cu: entry point {}: {e}", en.family, en.name))?;
@@ -409,5 +409,36 @@ fn limits(k: &KernelInfo, dev: (u32, u32, u32), local: i32) -> std::result::Resu
         Ok(())
     } else {
         Err(why.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{compile, ENTRIES};
+
+    /// Every entry point is defined by exactly one compile unit of its family, and a unit's
+    /// list names only entry points of its family: the registry loads the module `unit_of`
+    /// names, so a missing or doubled listing would fail at the entry's first launch.
+    #[test]
+    fn every_entry_has_one_compile_unit() {
+        for en in ENTRIES {
+            let units: Vec<_> = compile::UNITS
+                .iter()
+                .filter(|u| {
+                    u.family == en.family && (u.entries.is_empty() || u.entries.contains(&en.name))
+                })
+                .collect();
+            assert_eq!(units.len(), 1, "{} ({}): units {units:?}", en.name, en.family);
+            assert!(compile::unit_of(en.family, en.name).is_some());
+        }
+        for u in compile::UNITS {
+            for name in u.entries {
+                let en = ENTRIES.iter().find(|e| e.name == *name);
+                assert!(en.is_some_and(|e| e.family == u.family), "{}: {name}", u.name);
+            }
+            // A family is whole or all parts.
+            let whole = compile::UNITS.iter().any(|v| v.family == u.family && v.part.is_empty());
+            assert!(!whole || u.part.is_empty(), "{}: a part beside its whole family", u.name);
+        }
     }
 }

@@ -22,13 +22,13 @@ pub fn nvrtc_dirs() -> Vec<std::path::PathBuf> {
     vec![cache.join("nvrtc/nvidia/cu13/lib")]
 }
 
-/// A test-only kernel family compiles for sm_80 and sm_90a (CPU only: NVRTC from the pip wheel).
-pub fn compiles_for_sm80_and_sm90a(family: &tf_backend::cuda::compile::Family) {
+/// A test-only kernel unit compiles for sm_80 and sm_90a (CPU only: NVRTC from the pip wheel).
+pub fn compiles_for_sm80_and_sm90a(unit: &tf_backend::cuda::compile::Unit) {
     if let Err(e) = tf_backend::cuda::loader::nvrtc(&nvrtc_dirs()) {
         panic!("{e}\nThis test needs NVRTC from the pip wheel: run scripts/nvrtc-wheels.sh");
     }
     for arch in ["sm_80", "sm_90a"] {
-        tf_backend::cuda::compile::compile(family, arch).unwrap_or_else(|log| panic!("{log}"));
+        tf_backend::cuda::compile::compile(unit, arch).unwrap_or_else(|log| panic!("{log}"));
     }
 }
 
