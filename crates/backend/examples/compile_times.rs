@@ -1,6 +1,7 @@
 //! What a cold start pays to compile the CUDA kernels: each compile unit's NVRTC time on one
-//! thread, then the wall time of the whole set compiled the way a CUDA backend starts
-//! (`compile::Cubins`: a thread a unit, into an empty cache). Needs NVRTC, not a GPU:
+//! thread, then when each unit is ready when the set compiles the way a CUDA backend starts
+//! (`compile::Cubins`: background threads, a core each, into an empty cache; a unit's time is
+//! when the wait for it, in `UNITS` order, ended). Needs NVRTC, not a GPU:
 //!
 //! ```text
 //! scripts/nvrtc-wheels.sh
@@ -44,12 +45,16 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("tf-compile-times-{}", std::process::id()));
     let t = Instant::now();
     let set = compile::Cubins::new(arch, Some(dir.clone()), true);
-    let ready = (0..compile::UNITS.len()).all(|i| set.get(i).is_ok());
+    let mut ready = true;
+    for (i, unit) in compile::UNITS.iter().enumerate() {
+        ready &= set.get(i).is_ok();
+        println!("  {:<20} ready at {:6.2} s", unit.name, t.elapsed().as_secs_f64());
+    }
     let wall = t.elapsed().as_secs_f64();
     let _ = std::fs::remove_dir_all(&dir);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
-        "cold start, a thread a unit on {cores} cores: {wall:.2} s{}",
+        "cold start, every unit, {cores} cores: {wall:.2} s{}",
         if ready { "" } else { " (a unit failed)" }
     );
 }

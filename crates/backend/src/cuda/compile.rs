@@ -16,6 +16,7 @@
 
 use std::ffi::{c_char, CString};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -75,17 +76,13 @@ const fn gemm90(name: &'static str, part: &'static str, entries: &'static [&'sta
     Unit { name, family: "gemm90", source: GEMM90, part, entries }
 }
 
-/// Every compile unit, in the order a cold start's threads begin them (the long ones first).
+/// Every compile unit, in the order the background threads take them: the llama3-8b served
+/// path on sm_90a first (its largest unit first), then the other head dims' attention, the
+/// mma.sync prefill GEMM (the prefill path below sm_90a), and the A/B-only wgmma entries.
 pub const UNITS: &[Unit] = &[
     gemm90("gemm90_ws", "TF_GEMM90_PART=1", &["linear_bf16_ws", "linear_bf16_ws3", "gather_rows"]),
-    gemm90("gemm90_wg", "TF_GEMM90_PART=2", &["linear_bf16_wg", "linear_bf16_wg_m192"]),
     attention("attention_hd128", "TF_ATTN_PART=128", &["attention_hd128", "attention_dec_hd128"]),
     attention("attention_ws", "TF_ATTN_PART=2", &["attention_ws_hd128"]),
-    attention("attention_wg", "TF_ATTN_PART=3", &["attention_wg_hd128"]),
-    attention("attention_hd64", "TF_ATTN_PART=64", &["attention_hd64", "attention_dec_hd64"]),
-    attention("attention_hd96", "TF_ATTN_PART=96", &["attention_hd96", "attention_dec_hd96"]),
-    attention("attention_hd256", "TF_ATTN_PART=256", &["attention_hd256"]),
-    attention("attention_combine", "TF_ATTN_PART=1", &["attention_combine"]),
     // One unit from four files (the products; the grouped decode products; the fused norm
     // prologue's entries; q/k/v with the rope and KV-write epilogue).
     whole(
@@ -97,13 +94,19 @@ pub const UNITS: &[Unit] = &[
             include_str!("../../kernels/linear_rope.cu")
         ),
     ),
-    whole("gemm", include_str!("../../kernels/gemm.cu")),
+    attention("attention_combine", "TF_ATTN_PART=1", &["attention_combine"]),
     whole("sample", include_str!("../../kernels/sample.cu")),
     whole("norm", include_str!("../../kernels/norm.cu")),
     whole("rope", include_str!("../../kernels/rope.cu")),
     whole("elementwise", include_str!("../../kernels/elementwise.cu")),
     whole("kv", include_str!("../../kernels/kv.cu")),
     whole("embed", include_str!("../../kernels/embed.cu")),
+    attention("attention_hd64", "TF_ATTN_PART=64", &["attention_hd64", "attention_dec_hd64"]),
+    whole("gemm", include_str!("../../kernels/gemm.cu")),
+    attention("attention_hd96", "TF_ATTN_PART=96", &["attention_hd96", "attention_dec_hd96"]),
+    attention("attention_hd256", "TF_ATTN_PART=256", &["attention_hd256"]),
+    attention("attention_wg", "TF_ATTN_PART=3", &["attention_wg_hd128"]),
+    gemm90("gemm90_wg", "TF_GEMM90_PART=2", &["linear_bf16_wg", "linear_bf16_wg_m192"]),
 ];
 
 /// The index in `UNITS` of the unit that defines entry point `entry` of `family`.
@@ -312,10 +315,13 @@ pub fn cubin_cached(dir: Option<&Path>, unit: &Unit, arch: &str) -> Result<Vec<u
 }
 
 /// Every unit's CUBIN for one architecture, each produced once by whichever asks first: a
-/// launch, or (with `background`) one detached thread a unit started at creation, so a cold
-/// start compiles the units in parallel instead of one at a time at first use. A caller
-/// asking for a unit a thread is compiling waits for that result. NVRTC compiles distinct
-/// programs concurrently; the process may exit before the threads finish.
+/// launch, or (with `background`) the detached threads started at creation, a core each (at
+/// most a unit each), which take the units in `UNITS` order (the served path's first), so a
+/// cold start compiles in parallel instead of one unit at a time at first use, and on a
+/// machine with fewer cores than units the served path's units are not slowed by the rest. A
+/// caller asking for a unit a thread is compiling waits for that result; one asking for a
+/// unit no thread has taken yet compiles it itself, and the threads skip it. NVRTC compiles
+/// distinct programs concurrently; an exit waits for the threads (`IN_FLIGHT`).
 #[derive(Clone)]
 pub struct Cubins {
     arch: String,
@@ -323,32 +329,49 @@ pub struct Cubins {
     slots: Arc<Vec<Slot>>,
 }
 
-/// One unit's CUBIN or its compile log, once produced.
-type Slot = OnceLock<Result<Vec<u8>, String>>;
+/// One unit's CUBIN or its compile log, once produced, and whether someone took it on.
+struct Slot {
+    cubin: OnceLock<Result<Vec<u8>, String>>,
+    taken: AtomicBool,
+}
 
 impl Cubins {
     pub fn new(arch: &str, cache: Option<PathBuf>, background: bool) -> Cubins {
-        let slots = Arc::new(UNITS.iter().map(|_| OnceLock::new()).collect());
-        let set = Cubins { arch: arch.to_string(), cache, slots };
+        let slots = UNITS.iter().map(|_| Slot { cubin: OnceLock::new(), taken: false.into() });
+        let set = Cubins { arch: arch.to_string(), cache, slots: Arc::new(slots.collect()) };
         if background {
             warm_nvrtc(arch);
             wait_background_at_exit();
-            for (i, unit) in UNITS.iter().enumerate() {
-                let set = set.clone();
+            let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
+            let next = Arc::new(AtomicUsize::new(0));
+            for t in 0..cores.clamp(1, UNITS.len()) {
+                let (set, next) = (set.clone(), next.clone());
                 background_started();
-                let spawned = std::thread::Builder::new()
-                    .name(format!("nvrtc-{}", unit.name))
-                    .spawn(move || {
+                let spawned =
+                    std::thread::Builder::new().name(format!("nvrtc-{t}")).spawn(move || {
                         let _done = BackgroundDone;
-                        drop(set.get(i));
+                        set.compile_queue(&next);
                     });
                 if spawned.is_err() {
-                    // Without a thread this unit compiles at first use.
+                    // The other threads (or, with none, the launches) compile its share.
                     drop(BackgroundDone);
                 }
             }
         }
         set
+    }
+
+    /// A background thread's work: the next unit no one has taken, until none is left.
+    fn compile_queue(&self, next: &AtomicUsize) {
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= UNITS.len() {
+                return;
+            }
+            if !self.slots[i].taken.swap(true, Ordering::AcqRel) {
+                drop(self.get(i));
+            }
+        }
     }
 
     /// The process's set for `(arch, cache)`, started (with background threads unless
@@ -374,8 +397,12 @@ impl Cubins {
 
     /// The CUBIN of `UNITS[i]` (from the disk cache when present, else compiled).
     pub fn get(&self, i: usize) -> Result<Vec<u8>, String> {
-        let unit = &UNITS[i];
-        self.slots[i].get_or_init(|| cubin_cached(self.cache.as_deref(), unit, &self.arch)).clone()
+        let (unit, slot) = (&UNITS[i], &self.slots[i]);
+        let made = slot.cubin.get_or_init(|| {
+            slot.taken.store(true, Ordering::Release);
+            cubin_cached(self.cache.as_deref(), unit, &self.arch)
+        });
+        made.clone()
     }
 }
 

@@ -4,9 +4,9 @@
 //! them (`Backend::kernels`: compile result, registers, shared memory, limits).
 //!
 //! Every unit's CUBIN is compiled (or read from the disk cache) by background threads from
-//! the moment the registry exists, one thread a unit (`compile::Cubins`), so a cold start
-//! compiles in parallel while the weights upload instead of one unit at a time at first
-//! use. A launch that needs a unit before its thread is done waits for that thread's
+//! the moment the registry exists, a core each, taking the units in `compile::UNITS` order
+//! (`compile::Cubins`), so a cold start compiles in parallel while the weights upload instead
+//! of one unit at a time at first use. A launch that needs a unit before its thread is done waits for that thread's
 //! result, never compiles it twice; backends of one process share the set
 //! (`Cubins::shared`). `TENSORFOLD_PRECOMPILE=0` compiles at first use only. A process does
 //! not exit while one of these compiles runs (an exit handler waits, `compile::IN_FLIGHT`):
