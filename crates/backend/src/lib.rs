@@ -286,6 +286,14 @@ pub trait Backend: Send {
         Ok(tokens.collect())
     }
 
+    /// Blocks until the kernels this backend compiles at run time are compiled (CUDA: a cold
+    /// start's NVRTC compiles, begun with the backend); `Err` names each that failed. Loads
+    /// nothing and checks no launch limit: an entry point a device cannot launch fails only
+    /// where it is launched. A backend with no run-time compiled kernels (the CPU) is ready.
+    fn ready(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// The compiled kernels behind the ops, with their resource use against the device's
     /// limits: gates 1 (compiles) and 4 (limits) of the kernel contract. A backend with no
     /// separately compiled kernels (the CPU) reports none.

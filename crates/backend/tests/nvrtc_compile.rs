@@ -118,6 +118,12 @@ fn every_kernel_family_compiles_for_sm80_sm89_sm90a() {
             Err(log) => failures.push(log),
         }
     }
+    // What serve waits for before it listens (`Backend::ready`): every unit, or the failures.
+    assert_eq!(parallel.wait_all(), Ok(()));
+    let none = compile::Cubins::new("sm_10", None, false).wait_all().expect_err("no sm_10");
+    let all = compile::UNITS.len();
+    assert!(none.starts_with(&format!("{all} of {all} kernel units failed")), "{none}");
+    assert!(none.contains("attention.cu [attention_hd128]") && none.contains("norm.cu"), "{none}");
     // Planted: a part listing an entry point its CUBIN lacks must fail the check.
     let hd64 = compile::UNITS.iter().position(|u| u.name == "attention_hd64").expect("unit");
     let planted = compile::Unit { entries: &["attention_hd128"], ..compile::UNITS[hd64] };

@@ -395,6 +395,25 @@ impl Cubins {
         Arc::ptr_eq(&self.slots, &other.slots)
     }
 
+    /// Waits for every unit's CUBIN (compiling those no thread has taken); `Err` names each
+    /// unit that failed with the first line of its log.
+    pub fn wait_all(&self) -> Result<(), String> {
+        let failed: Vec<String> = (0..UNITS.len())
+            .filter_map(|i| self.get(i).err().map(|log| (i, log)))
+            .map(|(i, log)| format!("  {}: {}", UNITS[i].label(), log.lines().next().unwrap_or("")))
+            .collect();
+        if failed.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "{} of {} kernel units failed to compile for {}:\n{}",
+            failed.len(),
+            UNITS.len(),
+            self.arch,
+            failed.join("\n")
+        ))
+    }
+
     /// The CUBIN of `UNITS[i]` (from the disk cache when present, else compiled).
     pub fn get(&self, i: usize) -> Result<Vec<u8>, String> {
         let (unit, slot) = (&UNITS[i], &self.slots[i]);

@@ -334,6 +334,11 @@ impl Registry {
         self.function_at(i).map_err(BackendError::Device)
     }
 
+    /// The compile set behind this registry's modules.
+    pub(crate) fn cubins(&self) -> &compile::Cubins {
+        &self.cubins
+    }
+
     /// Every entry point for the kernel contract (compiles every family).
     pub(crate) fn infos(&self) -> Vec<KernelInfo> {
         let dev = |a| self.ctx.attribute(a).unwrap_or(0).max(0) as u32;

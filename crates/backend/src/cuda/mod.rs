@@ -557,6 +557,10 @@ impl Backend for CudaBackend {
         self.stream.synchronize().map_err(drv("synchronize"))
     }
 
+    fn ready(&self) -> Result<()> {
+        self.reg.cubins().wait_all().map_err(BackendError::Device)
+    }
+
     fn kernels(&self) -> Result<Vec<KernelInfo>> {
         Ok(self.reg.infos())
     }

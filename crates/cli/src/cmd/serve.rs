@@ -1,9 +1,9 @@
 //! `tensorfold serve [PATH]`: the OpenAI-compatible server. Opens and admits the checkpoint,
 //! prints the memory plan (by default a share of `--device`'s memory) and refuses a
 //! configuration that does not fit, loads the model onto the chosen backend, waits for the
-//! backend's kernels (CUDA: a cold start's NVRTC compiles, which began with the backend and
-//! ran beside the weight upload) and refuses to serve when one failed to compile, then moves
-//! the model to the engine thread and serves HTTP until SIGINT/SIGTERM.
+//! backend's kernels (`Backend::ready`; CUDA: a cold start's NVRTC compiles, which began with
+//! the backend and ran beside the weight upload) and refuses to serve when one failed to
+//! compile, then moves the model to the engine thread and serves HTTP until SIGINT/SIGTERM.
 //!
 //! Why wait before listening: a server that answers while its kernels still compile keeps its
 //! first requests waiting for them (16-22 s on a fresh H200 machine before the compile units
@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use tf_backend::{Backend, KernelInfo};
+use tf_backend::Backend;
 use tf_checkpoint::{admission, Checkpoint};
 use tf_engine::family::{self, LoadOptions};
 use tf_engine::serve::{EngineConfig, EngineHandle};
@@ -96,7 +96,7 @@ fn serve<B: Backend + 'static>(a: ServeArgs, dev: &OnDevice<B>) -> Result<()> {
         family::load(&ckpt, dev.backend()?, LoadOptions { max_rows: rows, max_positions: context })
             .with_context(|| format!("loading {}", path.display()))?;
     let t = Instant::now();
-    kernels_ready(&model.backend().kernels()?)?;
+    model.backend().ready().context("the model cannot be served on this device")?;
     if t.elapsed().as_secs_f64() >= 0.5 {
         eprintln!(
             "kernels ready after {:.1} s more (compiled once per machine, then read from the cache)",
@@ -135,66 +135,4 @@ fn serve<B: Backend + 'static>(a: ServeArgs, dev: &OnDevice<B>) -> Result<()> {
     rt.block_on(tf_server::serve(cfg, engine))?;
     eprintln!("server stopped");
     Ok(())
-}
-
-/// Refuses to serve when a kernel failed to compile or load (naming each, with the first line
-/// of its log); a kernel whose launch exceeds the device's limits is only reported, since the
-/// served path may never launch it on this device.
-fn kernels_ready(kernels: &[KernelInfo]) -> Result<()> {
-    let first_line = |log: &str| log.lines().next().unwrap_or("").to_string();
-    for k in kernels {
-        if let Err(why) = &k.limits {
-            if k.compiled.is_ok() {
-                eprintln!("warning: kernel {} ({}): {why}", k.name, k.family);
-            }
-        }
-    }
-    let failed: Vec<String> = kernels
-        .iter()
-        .filter_map(|k| k.compiled.as_ref().err().map(|log| (k, log)))
-        .map(|(k, log)| format!("  {} ({}): {}", k.name, k.family, first_line(log)))
-        .collect();
-    if !failed.is_empty() {
-        bail!(
-            "{} kernel(s) failed to compile or load, so the model cannot be served on this \
-             device:\n{}",
-            failed.len(),
-            failed.join("\n")
-        );
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn kernel(name: &str, compiled: std::result::Result<(), String>) -> KernelInfo {
-        KernelInfo {
-            name: name.into(),
-            family: "attention".into(),
-            compiled,
-            registers: 0,
-            shared_bytes: 0,
-            launch_threads: 128,
-            max_threads: 128,
-            limits: Ok(()),
-        }
-    }
-
-    #[test]
-    fn a_kernel_that_failed_to_compile_refuses_the_start() {
-        assert!(kernels_ready(&[]).is_ok(), "the CPU backend has no kernels");
-        let good = kernel("attention_hd128", Ok(()));
-        assert!(kernels_ready(std::slice::from_ref(&good)).is_ok());
-        let log = "attention.cu [attention_hd128](12): error: identifier \"x\" is undefined\nmore";
-        let bad = kernel("attention_dec_hd128", Err(log.into()));
-        let e = kernels_ready(&[good.clone(), bad]).expect_err("a failed kernel must refuse");
-        let msg = e.to_string();
-        assert!(msg.contains("1 kernel(s)") && msg.contains("attention_dec_hd128"), "{msg}");
-        assert!(msg.contains("identifier \"x\" is undefined") && !msg.contains("more"), "{msg}");
-        // Over the device's limits only: reported, not refused.
-        let over = KernelInfo { limits: Err("launched with 2048 threads".into()), ..good };
-        assert!(kernels_ready(&[over]).is_ok());
-    }
 }
