@@ -7,7 +7,7 @@
 #   .whl/                  openai and its deps (cp312 wheels), for bench_concurrent: tools/gpu/wheels.sh
 # Usage: tools/gpu/receipt.sh STAGE...   stages: synth contract check judge judge64 yardstick yardsticks
 #        bench products ab attnab s8ab s11ab peer serve conc concab loadbw knobs knobs33
-#        breakdown big summary rope sample wsab wsserve stepbw envab ahead serveab
+#        breakdown big summary rope sample wsab wsserve stepbw envab ahead serveab cold
 # (yardstick = HF against itself for the judge; yardsticks = copy bandwidth + cuBLAS on the
 # model's shapes for the speed receipt; summary = tools/gpu/summary.py over this call's logs)
 # Everything is printed and also written as <stage>.log under $WORK/out; when $OUT is set
@@ -300,6 +300,32 @@ stage_ahead() {
     done
   done
   AB="TENSORFOLD_DECODE_AHEAD=0" stage_envab
+}
+# Session 36: a cold start (a fresh machine's cost) with the kernel cache and NVIDIA's ~/.nv
+# removed first: bench's first token (rep 0 counts from opening the checkpoint), then serve's
+# time until /health answers (it listens once every compile unit is ready). Sessions 32-35
+# saw 16-22 s to the first token before the compile units were split.
+stage_cold() {
+  rm -rf "$TENSORFOLD_CACHE/kernels" ~/.nv
+  $B bench -m $W/l8b --device cuda --pp 128 --tg 16 --reps 1 2>&1 | grep -o '"first_token_s":[0-9.]*'
+  rm -rf "$TENSORFOLD_CACHE/kernels" ~/.nv
+  python3 - "$B" "$W" <<'PY'
+import subprocess, sys, time, urllib.request
+b, w = sys.argv[1], sys.argv[2]
+t0 = time.time()
+log = open(f"{w}/cold-serve.log", "w")
+p = subprocess.Popen([b, "serve", f"{w}/l8b", "--device", "cuda", "--context", "2048",
+                      "--port", "8391"], stdout=log, stderr=subprocess.STDOUT)
+while p.poll() is None and time.time() - t0 < 120:
+    try:
+        urllib.request.urlopen("http://127.0.0.1:8391/health", timeout=1)
+        break
+    except OSError:
+        time.sleep(0.1)
+print(f"serve listening after {time.time() - t0:.2f} s" if p.poll() is None else "serve exited")
+p.terminate(); p.wait()
+print("".join(l for l in open(f"{w}/cold-serve.log") if "kernels ready" in l or "failed" in l))
+PY
 }
 stage_serve() {
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
