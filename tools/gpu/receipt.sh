@@ -309,22 +309,14 @@ stage_cold() {
   rm -rf "$TENSORFOLD_CACHE/kernels" ~/.nv
   $B bench -m $W/l8b --device cuda --pp 128 --tg 16 --reps 1 2>&1 | grep -o '"first_token_s":[0-9.]*'
   rm -rf "$TENSORFOLD_CACHE/kernels" ~/.nv
-  python3 - "$B" "$W" <<'PY'
-import subprocess, sys, time, urllib.request
-b, w = sys.argv[1], sys.argv[2]
+  python3 - "$W" <<'PY'
+import sys, time
+sys.path.insert(0, "tools")
+from serverlib import Server  # TENSORFOLD_BIN is $B
 t0 = time.time()
-log = open(f"{w}/cold-serve.log", "w")
-p = subprocess.Popen([b, "serve", f"{w}/l8b", "--device", "cuda", "--context", "2048",
-                      "--port", "8391"], stdout=log, stderr=subprocess.STDOUT)
-while p.poll() is None and time.time() - t0 < 120:
-    try:
-        urllib.request.urlopen("http://127.0.0.1:8391/health", timeout=1)
-        break
-    except OSError:
-        time.sleep(0.1)
-print(f"serve listening after {time.time() - t0:.2f} s" if p.poll() is None else "serve exited")
-p.terminate(); p.wait()
-print("".join(l for l in open(f"{w}/cold-serve.log") if "kernels ready" in l or "failed" in l))
+with Server(["--device", "cuda", "--context", "2048"], model=f"{sys.argv[1]}/l8b") as s:
+    print(f"serve listening after {time.time() - t0:.2f} s")
+    print("".join(l for l in open(s.log_path) if "kernels ready" in l))
 PY
 }
 stage_serve() {

@@ -29,8 +29,8 @@ pub const COMMON: &str = include_str!("../../kernels/common.cuh");
 /// (some of its entry points, chosen by `part`'s `-D` definition, which the family's files
 /// read). Units, not families, are what a cold start compiles in parallel: the attention and
 /// gemm90 families are one ~8 s and one ~10 s compile whole (sm_90a, NVRTC 13.0, on one core of
-/// the 2-core CPU machine) and at most ~4 s a part, and a part changes no entry's code (the
-/// same SASS, `tools/kernel_regs.py`'s comparison in session 36).
+/// the 2-core CPU machine) and at most ~1.9 s and ~5.6 s a part, and a part changes no entry's
+/// machine code (nvdisasm of each entry against the whole family's, session 36).
 #[derive(Clone, Copy, Debug)]
 pub struct Unit {
     /// The unit's name: its cache file's stem, its thread's and its NVRTC program's name.
@@ -109,11 +109,18 @@ pub const UNITS: &[Unit] = &[
     gemm90("gemm90_wg", "TF_GEMM90_PART=2", &["linear_bf16_wg", "linear_bf16_wg_m192"]),
 ];
 
+/// The indices in `UNITS` of the units that define entry point `entry` of `family` (one, for
+/// every registered entry: `cuda::kernels`' test).
+pub fn units_of<'a>(family: &'a str, entry: &'a str) -> impl Iterator<Item = usize> + 'a {
+    UNITS.iter().enumerate().filter_map(move |(i, u)| {
+        let defines = u.entries.is_empty() || u.entries.contains(&entry);
+        (u.family == family && defines).then_some(i)
+    })
+}
+
 /// The index in `UNITS` of the unit that defines entry point `entry` of `family`.
 pub fn unit_of(family: &str, entry: &str) -> Option<usize> {
-    UNITS
-        .iter()
-        .position(|u| u.family == family && (u.entries.is_empty() || u.entries.contains(&entry)))
+    units_of(family, entry).next()
 }
 
 impl Unit {
@@ -134,8 +141,9 @@ impl Unit {
 
 /// NVRTC options for `arch` (e.g. `sm_90a`) and `unit` (whose text is `text`): its part's
 /// definition, plus those of the `-D` definitions listed in `TENSORFOLD_KERNEL_DEFINES`
-/// (space-separated `NAME=VALUE`, e.g. `TF_D8_U=6 TF_PREWAIT=0`) whose NAME the text mentions: the kernels' tuning knobs
-/// (`#ifndef` defaults in the sources), for A/B runs of one binary. They are part of the
+/// (space-separated `NAME=VALUE`, e.g. `TF_D8_U=6 TF_PREWAIT=0`) whose NAME the text
+/// mentions: the kernels' tuning knobs (`#ifndef` defaults in the sources), for A/B runs of
+/// one binary. They are part of the
 /// options, so of the cache key. No knob changes a kernel's arithmetic.
 pub fn options(arch: &str, unit: &Unit, text: &str) -> Vec<String> {
     let mut o =

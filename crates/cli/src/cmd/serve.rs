@@ -6,9 +6,9 @@
 //! compile, then moves the model to the engine thread and serves HTTP until SIGINT/SIGTERM.
 //!
 //! Why wait before listening: a server that answers while its kernels still compile keeps its
-//! first requests waiting for them (16-22 s on a fresh H200 machine before the compile units
-//! were split, sessions 32-35), and a kernel that does not compile would fail requests instead
-//! of the start.
+//! first requests waiting for them (16-22 s on fresh H100 machines before the compile units
+//! were split, sessions 32-35; 8.1 s after, session 36), and a kernel that does not compile
+//! would fail requests instead of the start.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -97,10 +97,10 @@ fn serve<B: Backend + 'static>(a: ServeArgs, dev: &OnDevice<B>) -> Result<()> {
             .with_context(|| format!("loading {}", path.display()))?;
     let t = Instant::now();
     model.backend().ready().context("the model cannot be served on this device")?;
-    if t.elapsed().as_secs_f64() >= 0.5 {
+    let waited = t.elapsed().as_secs_f64();
+    if waited >= 0.5 {
         eprintln!(
-            "kernels ready after {:.1} s more (compiled once per machine, then read from the cache)",
-            t.elapsed().as_secs_f64()
+            "kernels ready after {waited:.1} s more (compiled once per machine, then read from the cache)"
         );
     }
     let engine = EngineHandle::start(
